@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: Apache-2.0
+// Every one of the 2^32 float inputs against NVIDIA's own conversion (cuda_fp8.h, host path), and E8M0
+// against an independent frexp-based reference over every non-negative float.
+#include <doctest/doctest.h>
+
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+#include "tequant/format/e8m0.hpp"
+#include "tequant/format/fp8.hpp"
+
+namespace {
+
+// Splits [0, 2^32) across the machine's cores; returns the first mismatching input, or none.
+template <class Check>
+std::uint64_t first_mismatch(Check check) {
+  const unsigned n = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::thread> threads;
+  std::atomic<std::uint64_t> bad{~0ull};
+  const std::uint64_t total = 1ull << 32;
+  for (unsigned t = 0; t < n; ++t) {
+    threads.emplace_back([&, t] {
+      const std::uint64_t lo = total * t / n, hi = total * (t + 1) / n;
+      for (std::uint64_t i = lo; i < hi; ++i) {
+        if (!check(static_cast<std::uint32_t>(i))) {
+          std::uint64_t cur = bad.load();
+          while (i < cur && !bad.compare_exchange_weak(cur, i)) {
+          }
+          return;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  return bad.load();
+}
+
+float as_float(std::uint32_t u) { return tequant::detail::bits_float(u); }
+
+std::uint8_t e8m0_reference(float v) {
+  v = std::fabs(v);
+  if (std::isnan(v)) return 255;
+  if (std::isinf(v)) return 254;
+  if (v == 0.0f) return 0;
+  int k = 0;
+  const double f = std::frexp(static_cast<double>(v), &k);  // v = f * 2^k, f in [0.5, 1)
+  const int ceil_log2 = f == 0.5 ? k - 1 : k;
+  return static_cast<std::uint8_t>(std::clamp(ceil_log2 + 127, 0, 254));
+}
+
+}  // namespace
+
+TEST_CASE("e4m3: all 2^32 floats encode like __nv_cvt_float_to_fp8(SATFINITE, E4M3)") {
+  const auto bad = first_mismatch([](std::uint32_t u) {
+    return tequant::encode_e4m3(as_float(u)) == __nv_cvt_float_to_fp8(as_float(u), __NV_SATFINITE, __NV_E4M3);
+  });
+  INFO("first mismatching float bits: " << std::hex << bad);
+  CHECK(bad == ~0ull);
+}
+
+TEST_CASE("e5m2: all 2^32 floats encode like __nv_cvt_float_to_fp8(SATFINITE, E5M2)") {
+  const auto bad = first_mismatch([](std::uint32_t u) {
+    return tequant::encode_e5m2(as_float(u)) == __nv_cvt_float_to_fp8(as_float(u), __NV_SATFINITE, __NV_E5M2);
+  });
+  INFO("first mismatching float bits: " << std::hex << bad);
+  CHECK(bad == ~0ull);
+}
+
+TEST_CASE("e8m0: all 2^32 floats against the ceil(log2) reference") {
+  const auto bad = first_mismatch([](std::uint32_t u) { return tequant::encode_e8m0(as_float(u)) == e8m0_reference(as_float(u)); });
+  INFO("first mismatching float bits: " << std::hex << bad);
+  CHECK(bad == ~0ull);
+}
+
+TEST_CASE("fp8 decode agrees with cuda_fp8.h for all 256 codes") {
+  for (int c = 0; c < 256; ++c) {
+    const auto q = static_cast<__nv_fp8_storage_t>(c);
+    const float ref4 = __half2float(__half(__nv_cvt_fp8_to_halfraw(q, __NV_E4M3)));
+    const float ref5 = __half2float(__half(__nv_cvt_fp8_to_halfraw(q, __NV_E5M2)));
+    const float mine4 = tequant::decode_e4m3(static_cast<std::uint8_t>(c));
+    const float mine5 = tequant::decode_e5m2(static_cast<std::uint8_t>(c));
+    CHECK((std::isnan(ref4) ? std::isnan(mine4) : tequant::detail::float_bits(ref4) == tequant::detail::float_bits(mine4)));
+    CHECK((std::isnan(ref5) ? std::isnan(mine5) : tequant::detail::float_bits(ref5) == tequant::detail::float_bits(mine5)));
+  }
+}
