@@ -10,14 +10,19 @@ function(run)
   endif()
 endfunction()
 
+if(NOT DEFINED WITH_CUDA)
+  set(WITH_CUDA OFF)
+endif()
 if(MODE STREQUAL "find_package")
-  # Install without CUDA: find_package(tequant) must never need the CUDA toolkit.
+  # Without CUDA, find_package(tequant) must never need the CUDA toolkit; with it, COMPONENTS cuda
+  # must import tequant::cuda.
   run(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/tequant-build -DCMAKE_CXX_COMPILER=${CXX}
-      -DTEQUANT_ENABLE_CUDA=OFF -DTEQUANT_BUILD_TESTS=OFF -DTEQUANT_BUILD_EXAMPLES=OFF
+      -DTEQUANT_ENABLE_CUDA=${WITH_CUDA} -DTEQUANT_BUILD_TESTS=OFF -DTEQUANT_BUILD_EXAMPLES=OFF
+      -DTEQUANT_ENABLE_MPI=OFF -DTEQUANT_ENABLE_LIBTORCH=OFF
       -DTEQUANT_INSTALL=ON -DCMAKE_INSTALL_PREFIX=${WORK_DIR}/prefix)
   run(${CMAKE_COMMAND} --install ${WORK_DIR}/tequant-build)
   run(${CMAKE_COMMAND} -S ${_consumer} -B ${WORK_DIR}/consumer-build -DCMAKE_CXX_COMPILER=${CXX}
-      -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix)
+      -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DWITH_CUDA=${WITH_CUDA})
 else()
   run(${CMAKE_COMMAND} -S ${_consumer} -B ${WORK_DIR}/consumer-build -DCMAKE_CXX_COMPILER=${CXX}
       -DTEQUANT_SOURCE_DIR=${SOURCE_DIR})
