@@ -1,0 +1,40 @@
+// SPDX-License-Identifier: Apache-2.0
+// MXFP8 (TE's MXFP8BlockScaling): E8M0 scale per 1x32 / 32x1 block, optionally 32x32 for weights.
+#pragma once
+#include <cstddef>
+#include <string_view>
+
+#include "tequant/error.hpp"
+#include "tequant/format/formats.hpp"
+#include "tequant/format/fp8.hpp"
+#include "tequant/policy.hpp"
+#include "tequant/recipe/concepts.hpp"
+#include "tequant/recipe/current.hpp"
+
+namespace tequant {
+
+/// Runtime knobs of MXFP8.
+struct mxfp8_params {
+  fp8_format format = fp8_format::e4m3;  ///< e4m3 or hybrid
+  bool weight_2d = false;                ///< one scale per 32x32 tile for forward weights
+  friend constexpr bool operator==(const mxfp8_params&, const mxfp8_params&) = default;
+};
+
+/// MXFP8 block scaling. Shapes: rows (product of leading dims) and cols (last dim) multiples of 32.
+struct mxfp8_scaling {
+  using policy_kind = recipe_kind;
+  using params_type = mxfp8_params;
+  template <class Backend>
+  using state_for = stateless_state;
+  static constexpr std::string_view name = "mxfp8_scaling";
+  static constexpr bool is_stateful = false;
+  static constexpr std::size_t block = 32;
+
+  static void validate(const mxfp8_params& p) { check_training_format(p.format, "mxfp8_scaling"); }
+  static constexpr fp8_dtype dtype(const mxfp8_params& p, direction d) noexcept { return dtype_for(p.format, d); }
+};
+
+static_assert(scaling_recipe<mxfp8_scaling>);
+static_assert(!stateful_recipe<mxfp8_scaling>);
+
+}  // namespace tequant

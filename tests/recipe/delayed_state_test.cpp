@@ -1,0 +1,185 @@
+// SPDX-License-Identifier: Apache-2.0
+// tequant's ring + deque delayed update against the roll-based TE reference, bit for bit.
+#include <doctest/doctest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "recipe/te_roll_reference.hpp"
+#include "tequant/backend/host.hpp"
+#include "tequant/recipe/delayed.hpp"
+#include "tequant/recipe/delayed_state.hpp"
+
+namespace {
+
+using bucket = tequant::delayed_bucket<tequant::host_backend>;
+
+bool same_bits(float a, float b) { return std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b); }
+
+// Amax sequences that exercise the edges: zeros (slot unused), -0, NaN, inf, denormals, tiny values
+// whose scale overflows, huge values, ties, and long monotone runs (deque growth and expiry).
+struct amax_source {
+  std::mt19937 rng;
+  float last = 1.0f;
+  explicit amax_source(unsigned seed) : rng(seed) {}
+  float next() {
+    const unsigned k = rng() % 100;
+    const float inf = std::numeric_limits<float>::infinity();
+    if (k < 25) return 0.0f;
+    if (k < 27) return -0.0f;
+    if (k < 29) return std::numeric_limits<float>::quiet_NaN();
+    if (k < 30) return inf;
+    if (k < 32) return std::bit_cast<float>(static_cast<std::uint32_t>(1 + rng() % 0x7FFFFF));  // denormal
+    if (k < 34) return std::numeric_limits<float>::min();
+    if (k < 36) return 3.0e38f;
+    if (k < 40) return last;  // tie with the previous value
+    if (k < 55) return last = last * 0.97f;  // decreasing runs fill the deque
+    if (k < 65) return last = last * 1.05f;
+    std::uniform_real_distribution<float> e(-20.0f, 20.0f);
+    return last = std::exp2(e(rng));
+  }
+};
+
+float scaled_max(int margin) { return tequant::delayed_scaling<>::scaled_max(tequant::fp8_dtype::e4m3, margin); }
+
+template <class Algo>
+void run_against_roll(std::uint32_t L, int margin, te_roll::algo ref_algo, unsigned seed, std::uint32_t steps) {
+  const std::uint32_t n = 6;
+  bucket b(L);
+  for (std::uint32_t j = 0; j < n; ++j) CHECK(b.add_slot() == j);
+  te_roll::state ref(n, L);
+  amax_source src(seed);
+  std::vector<float> exported(std::size_t{L} * n);
+  const tequant::delayed_update_args args{scaled_max(margin)};
+  for (std::uint32_t step = 0; step < steps; ++step) {
+    for (std::uint32_t j = 0; j < n; ++j) {
+      const float c = src.next();
+      b.staging()[j] = c;  // what the all-reduce leaves in the staging buffer
+      ref.row(0)[j] = c;
+    }
+    b.update(Algo{}, args);
+    ref.update(ref_algo, args.scaled_max);
+    bool scales_equal = true;
+    for (std::uint32_t j = 0; j < n; ++j) scales_equal = scales_equal && same_bits(b.scale(j), ref.scale[j]);
+    REQUIRE_MESSAGE(scales_equal, "L=", L, " margin=", margin, " step=", step);
+    // The full export is O(n*L); check it every step for short windows and periodically for long ones.
+    if (L <= 16 || step % 97 == 0 || step + 1 == steps) {
+      b.export_te_history(0, n, exported);
+      REQUIRE_MESSAGE(std::memcmp(exported.data(), ref.history.data(), exported.size() * sizeof(float)) == 0,
+                      "history differs at L=", L, " step=", step);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("delayed update equals TE's roll-based fused update bit for bit") {
+  for (std::uint32_t L : {1u, 2u, 3u, 16u, 1024u}) {
+    const std::uint32_t steps = L == 1024 ? 3 * L + 100 : 600;
+    for (int margin = 0; margin <= 3; ++margin) {
+      CAPTURE(L);
+      CAPTURE(margin);
+      run_against_roll<tequant::window_max>(L, margin, te_roll::algo::max, 1000 * L + margin, steps);
+      run_against_roll<tequant::most_recent>(L, margin, te_roll::algo::most_recent, 7 + 1000 * L + margin, steps);
+    }
+  }
+}
+
+TEST_CASE("delayed update: hand-checked edge cases") {
+  bucket b(3);
+  b.add_slot();
+  const tequant::delayed_update_args args{448.0f};
+  CHECK(b.scale(0) == 1.0f);
+  b.update(tequant::window_max{}, args);  // c == 0: untouched
+  CHECK(b.scale(0) == 1.0f);
+  b.record_amax(0, 2.0f);
+  b.record_amax(0, 1.0f);  // max-accumulates, never overwrites
+  b.record_amax(0, std::numeric_limits<float>::quiet_NaN());
+  CHECK(b.staging_amax(0) == 2.0f);
+  b.update(tequant::window_max{}, args);
+  CHECK(b.scale(0) == 224.0f);
+  CHECK(b.staging_amax(0) == 0.0f);
+  b.staging()[0] = std::numeric_limits<float>::infinity();
+  b.update(tequant::window_max{}, args);
+  CHECK(b.scale(0) == 224.0f);  // inf in the window freezes the scale
+  b.staging()[0] = 1.0f;
+  b.update(tequant::window_max{}, args);
+  CHECK(b.scale(0) == 224.0f);  // window {2, inf, 1}
+  b.staging()[0] = 1.0f;
+  b.update(tequant::window_max{}, args);
+  CHECK(b.scale(0) == 224.0f);  // window {inf, 1, 1}
+  b.staging()[0] = 4.0f;
+  b.update(tequant::window_max{}, args);
+  CHECK(b.scale(0) == 112.0f);  // window {1, 1, 4}
+  b.staging()[0] = 1e-44f;
+  b.update(tequant::most_recent{}, args);
+  CHECK(b.scale(0) == std::numeric_limits<float>::max());  // overflow becomes FLT_MAX
+}
+
+TEST_CASE("a user window functor is fused into the pass") {
+  struct half_window {
+    float operator()(float, float w) const noexcept { return w * 2.0f; }
+  };
+  bucket b(4);
+  b.add_slot();
+  b.staging()[0] = 7.0f;
+  b.update(half_window{}, {448.0f});
+  CHECK(b.scale(0) == 32.0f);
+}
+
+TEST_CASE("growing a bucket keeps existing state; import/export round-trips TE's layout") {
+  const std::uint32_t L = 5;
+  bucket b(L);
+  te_roll::state ref(3, L);
+  b.add_slot();
+  b.add_slot();
+  amax_source src(42);
+  // Advance two slots, then add many more (forces reallocations) and compare the old ones.
+  for (int s = 0; s < 11; ++s) {
+    for (std::uint32_t j = 0; j < 2; ++j) b.staging()[j] = ref.row(0)[j] = src.next();
+    b.update(tequant::window_max{}, {448.0f});
+    ref.update(te_roll::algo::max, 448.0f);
+  }
+  for (int k = 0; k < 40; ++k) b.add_slot();
+  CHECK(b.size() == 42);
+  std::vector<float> h(std::size_t{L} * 2), want(std::size_t{L} * 2);
+  b.export_te_history(0, 2, h);
+  for (std::uint32_t i = 0; i < L; ++i)
+    for (std::uint32_t j = 0; j < 2; ++j) want[i * 2 + j] = ref.row(i)[j];
+  CHECK(std::memcmp(h.data(), want.data(), h.size() * sizeof(float)) == 0);
+  CHECK(b.scale(41) == 1.0f);
+
+  // Import a TE history into slots 10..12, continue both implementations, compare.
+  for (std::uint32_t i = 0; i < L; ++i)
+    for (std::uint32_t j = 0; j < 3; ++j) ref.row(i)[j] = (i == 0) ? 0.0f : static_cast<float>(10 * i + j);
+  b.import_te_history(10, 3, ref.history);
+  ref.scale.assign(3, 1.0f);  // import moves histories only; slots 10..12 still have scale 1
+  for (int s = 0; s < 20; ++s) {
+    for (std::uint32_t j = 0; j < 3; ++j) b.staging()[10 + j] = ref.row(0)[j] = src.next();
+    b.update(tequant::window_max{}, {448.0f});
+    ref.update(te_roll::algo::max, 448.0f);
+    for (std::uint32_t j = 0; j < 3; ++j) {
+      REQUIRE(same_bits(b.scale(10 + j), ref.scale[j]));
+    }
+  }
+  std::vector<float> h3(std::size_t{L} * 3);
+  b.export_te_history(10, 3, h3);
+  CHECK(std::memcmp(h3.data(), ref.history.data(), h3.size() * sizeof(float)) == 0);
+}
+
+TEST_CASE("delayed_bucket misuse raises tequant::error naming the rule") {
+  CHECK_THROWS_WITH_AS(bucket(0), doctest::Contains("tequant: delayed_bucket: history_length 0"), tequant::error);
+  bucket b(4);
+  b.add_slot();
+  CHECK_THROWS_WITH_AS(b.scale(1), doctest::Contains("tequant: delayed_bucket::scale: slot 1 out of range"),
+                       tequant::error);
+  std::vector<float> wrong(3);
+  CHECK_THROWS_WITH_AS(b.export_te_history(0, 1, wrong), doctest::Contains("L*n = 4"), tequant::error);
+  CHECK_THROWS_WITH_AS(b.import_te_history(0, 2, wrong), doctest::Contains("out of range"), tequant::error);
+  CHECK(b.scale(0) == 1.0f);  // state unchanged after the failures
+}
