@@ -1,0 +1,21 @@
+// SPDX-License-Identifier: Apache-2.0
+// Flush at the next top-level autocast entry (TE's fallback; needs nothing from the engine).
+#pragma once
+#include "tequant/boundary/concepts.hpp"
+#include "tequant/policy.hpp"
+
+namespace tequant {
+
+/// The backward update of step k runs when step k+1 enters its first autocast region. The next
+/// forward uses forward scales only, so nothing reads the stale backward scales in between.
+struct autocast_entry {
+  using policy_kind = boundary_kind;
+  static constexpr bool flushes_at_autocast_entry = true;
+  static constexpr bool requests_need_scope = false;
+  static constexpr bool first_module_owns = false;
+  static constexpr bool uses_graph_hooks = false;
+};
+
+static_assert(boundary_strategy<autocast_entry>);
+
+}  // namespace tequant

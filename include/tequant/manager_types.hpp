@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: Apache-2.0
+// Small value types of the manager's public API (handles, roles, plans, statistics).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "tequant/format/formats.hpp"
+#include "tequant/format/fp8.hpp"
+
+namespace tequant {
+
+/// A registered module (index in registration order).
+struct module_handle {
+  std::uint32_t index = 0;
+  friend constexpr bool operator==(module_handle, module_handle) = default;
+};
+
+/// Forward slots of one GEMM, in TE's order (index = 3 * gemm + role).
+enum class forward_role : std::uint8_t { input = 0, weight = 1, output = 2 };
+/// Backward slots of one GEMM, in TE's order (index = 2 * gemm + role).
+enum class backward_role : std::uint8_t { grad_output = 0, grad_input = 1 };
+
+constexpr const char* to_string(forward_role r) noexcept {
+  return r == forward_role::input ? "input" : r == forward_role::weight ? "weight" : "output";
+}
+constexpr const char* to_string(backward_role r) noexcept {
+  return r == backward_role::grad_output ? "grad_output" : "grad_input";
+}
+
+/// One quantized tensor role of one module: its bucket (direction, group) and index in the bucket.
+struct slot_id {
+  direction dir = direction::forward;
+  std::uint32_t bucket = 0;
+  std::uint32_t index = 0;
+  friend constexpr bool operator==(slot_id, slot_id) = default;
+};
+
+/// Reduction groups of a module's forward and backward slots (comm-defined ids; 0 = the default group).
+struct reduction_groups {
+  std::uint32_t forward = 0;
+  std::uint32_t backward = 0;
+};
+
+/// What module_forward hands to the module's backward. `owner` is only ever true under
+/// first_module_owner (TE's old ownership flag).
+struct backward_ticket {
+  bool owner = false;
+};
+
+/// How to cast one tensor now: multiply by *scale (nullptr: the recipe computes its own scale, as
+/// stateless recipes do), max-accumulate |x| into *amax (nullptr: record nothing, as in a replay),
+/// cast to dtype.
+struct cast_plan {
+  const float* scale = nullptr;
+  float* amax = nullptr;
+  fp8_dtype dtype = fp8_dtype::e4m3;
+};
+
+/// Counters and flags for tests, logging and invariant checks.
+struct manager_stats {
+  std::uint64_t forward_updates = 0;   ///< forward updates run (one per outermost autocast exit)
+  std::uint64_t backward_updates = 0;  ///< backward updates run (one per logical backward)
+  std::uint64_t collectives = 0;       ///< all_reduce_max calls issued
+  bool pending = false;                ///< a backward update is requested and not yet flushed
+  std::uint32_t autocast_depth = 0;
+  std::uint32_t scope_depth = 0;       ///< backward_scope() nesting
+  std::uint32_t checkpoint_depth = 0;  ///< open checkpoint frames (forward or replay)
+  std::size_t outstanding_snapshots = 0;  ///< frames holding a snapshot that no replay consumed yet
+};
+
+}  // namespace tequant
