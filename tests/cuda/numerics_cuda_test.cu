@@ -49,8 +49,15 @@ __global__ void sweep_kernel(std::uint64_t begin, std::uint64_t count, sweep_res
   for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < count; i += stride) {
     const auto u = static_cast<std::uint32_t>(begin + i);
     const float x = __uint_as_float(u);
-    if (tequant::encode_e4m3(x) != __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3)) report(r, e4m3_hw, u);
-    if (tequant::encode_e5m2(x) != __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E5M2)) report(r, e5m2_hw, u);
+    // The paired conversion is the one the quantize kernels use; the pair (x, -x) covers both lanes.
+    const unsigned p4 = __nv_cvt_float2_to_fp8x2(make_float2(x, -x), __NV_SATFINITE, __NV_E4M3);
+    const unsigned p5 = __nv_cvt_float2_to_fp8x2(make_float2(x, -x), __NV_SATFINITE, __NV_E5M2);
+    if (tequant::encode_e4m3(x) != __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3) ||
+        p4 != (tequant::encode_e4m3(x) | (unsigned{tequant::encode_e4m3(-x)} << 8)))
+      report(r, e4m3_hw, u);
+    if (tequant::encode_e5m2(x) != __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E5M2) ||
+        p5 != (tequant::encode_e5m2(x) | (unsigned{tequant::encode_e5m2(-x)} << 8)))
+      report(r, e5m2_hw, u);
     const bool nan = (u & 0x7FFFFFFFu) > 0x7F800000u;
     // NVIDIA canonicalises NaN payloads; tequant keeps them quiet but preserved. Only NaN-ness must agree.
     const std::uint16_t b = tequant::to_bf16(x).bits, hb = __bfloat16_as_ushort(__float2bfloat16_rn(x));
