@@ -8,6 +8,7 @@
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <unordered_map>
@@ -21,6 +22,7 @@
 #include "tequant/checkpoint/frame.hpp"
 #include "tequant/checkpoint/stacked_recompute.hpp"
 #include "tequant/comm/concepts.hpp"
+#include "tequant/comm/layout.hpp"
 #include "tequant/comm/single_process.hpp"
 #include "tequant/config.hpp"
 #include "tequant/error.hpp"
@@ -113,11 +115,23 @@ std::uint64_t reduce_and_update(const Params& params, direction dir, States& sta
                                 Comm& comm) {
   std::uint64_t collectives = 0;
   if (params.reduce_amax) {
-    for (std::size_t b = 0; b < buckets.size(); ++b) {
-      if (buckets[b].dir != dir || buckets[b].slots == 0) continue;
-      auto staging = states[b].staging();
-      comm.all_reduce_max(staging.data(), staging.size(), buckets[b].group);
+    // Ascending group order, not creation order: ranks that first met modules of different groups in
+    // a different order must still enter the same collectives in the same order (or they deadlock).
+    // A direction has at most one bucket per group.
+    bool any = false;
+    std::uint32_t last = 0;
+    for (;;) {
+      std::size_t next = buckets.size();
+      for (std::size_t b = 0; b < buckets.size(); ++b) {
+        if (buckets[b].dir != dir || buckets[b].slots == 0 || (any && buckets[b].group <= last)) continue;
+        if (next == buckets.size() || buckets[b].group < buckets[next].group) next = b;
+      }
+      if (next == buckets.size()) break;
+      auto staging = states[next].staging();
+      comm.all_reduce_max(staging.data(), staging.size(), buckets[next].group);
       ++collectives;
+      any = true;
+      last = buckets[next].group;
     }
   }
   const auto args = Recipe::update_args(params, dir);
@@ -305,6 +319,10 @@ class quantization_manager {
   module_handle register_module(std::string name, std::uint32_t num_gemms = 1, reduction_groups groups = {}) {
     detail::require(num_gemms >= 1, "register_module('", name, "'): num_gemms must be >= 1");
     detail::require(state_.modules.size() < 0xFFFFFFFFu, "register_module('", name, "'): too many modules");
+    if constexpr (requires(const Comm& c) { { c.groups() } -> std::convertible_to<std::uint32_t>; })
+      detail::require(groups.forward < comm_.groups() && groups.backward < comm_.groups(), "register_module('", name,
+                      "'): reduction groups (forward ", groups.forward, ", backward ", groups.backward,
+                      ") must be below the communicator's ", comm_.groups(), " groups");
     const auto module = static_cast<std::uint32_t>(state_.modules.size());
     const slot_id fwd = add_slots(direction::forward, groups.forward, 3 * num_gemms, module);
     const slot_id bwd = add_slots(direction::backward, groups.backward, 2 * num_gemms, module);
@@ -797,8 +815,39 @@ class quantization_manager {
 
   void run_update(direction dir) {
     if constexpr (is_stateful) {
+      if (state_.params.reduce_amax) verify_layout(dir);
       const std::uint64_t n = detail::reduce_and_update<Recipe>(state_.params, dir, state_.recipe, state_.buckets, comm_);
       state_.collectives.fetch_add(n, std::memory_order_relaxed);
+    }
+  }
+
+  // Distributed comms (mpi_comm, nccl_comm) can check, with one small collective per group, that every
+  // rank built the same buckets of `dir` before the all-reduces rely on it (comm/layout.hpp). It runs
+  // at every update while enabled: a rank-local "layout changed" flag could itself differ between ranks
+  // and desynchronise the collectives. Every group of the comm is checked, in order, on every rank.
+  void verify_layout(direction dir) {
+    if constexpr (requires(Comm& c) {
+                    { c.layout_check_enabled() } -> std::convertible_to<bool>;
+                    { c.groups() } -> std::convertible_to<std::uint32_t>;
+                  }) {
+      if (!comm_.layout_check_enabled()) return;
+      const std::uint32_t groups = comm_.groups();
+      const std::uint64_t extra[] = {groups};
+      for (std::uint32_t g = 0; g < groups; ++g) {
+        std::string name;
+        bucket_signature sig{};
+        std::size_t n = 0;
+        for (const auto& b : state_.buckets) {
+          if (b.dir != dir || b.group != g || b.slots == 0) continue;
+          name = std::string(to_string(dir)) + " bucket of group " + std::to_string(g);
+          std::uint64_t h = detail::fnv_offset;
+          for (const std::uint64_t owner : b.owners)
+            h = detail::fnv1a(detail::fnv1a(h, state_.modules[owner >> 32].name), owner & 0xFFFFFFFFu);
+          sig = {name, b.slots, h};
+          n = 1;
+        }
+        detail::verify_layout(comm_, g, std::span<const bucket_signature>(&sig, n), extra);
+      }
     }
   }
 

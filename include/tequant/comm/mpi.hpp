@@ -49,8 +49,11 @@ class mpi_comm {
  public:
   using policy_kind = comm_kind;
 
+  /// Group 0 over MPI_COMM_WORLD (not explicit: the manager's `Comm comm = {}` default argument).
+  mpi_comm() : mpi_comm(MPI_COMM_WORLD) {}
+
   /// One reduction group (group 0) over `comm`. Collective over `comm`.
-  explicit mpi_comm(MPI_Comm comm = MPI_COMM_WORLD, comm_options options = {})
+  explicit mpi_comm(MPI_Comm comm, comm_options options = {})
       : mpi_comm(std::span<const MPI_Comm>(&comm, 1), options) {}
 
   /// Group g reduces over groups[g] (each rank passes its own communicator for each group, e.g. from
