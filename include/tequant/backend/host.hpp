@@ -3,15 +3,49 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
+#include <type_traits>
+#include <span>
 #include <vector>
 
 #include "tequant/backend/concepts.hpp"
+#include "tequant/backend/layouts.hpp"
+#include "tequant/detail/host_simd.hpp"
+#include "tequant/error.hpp"
 #include "tequant/format/bits.hpp"
+#include "tequant/format/e8m0.hpp"
+#include "tequant/format/fp8.hpp"
+#include "tequant/format/half.hpp"
+#include "tequant/format/scale.hpp"
 #include "tequant/policy.hpp"
 #include "tequant/recipe/delayed_state.hpp"
 
 namespace tequant {
+
+namespace detail {
+
+/// The input type's largest finite value: block scaling's replacement for an infinite scale.
+template <class T>
+constexpr float input_type_max() noexcept {
+  if constexpr (std::is_same_v<T, bf16>) return bits_float(0x7F7F0000u);
+  else if constexpr (std::is_same_v<T, fp16>) return 65504.0f;
+  else return float_max;
+}
+
+template <class T>
+inline constexpr bool host_input = std::is_same_v<T, float> || std::is_same_v<T, bf16> || std::is_same_v<T, fp16>;
+
+/// Calls f.template operator()<D>() with the dtype as a template argument.
+template <class F>
+decltype(auto) with_dtype(fp8_dtype d, F&& f) {
+  if (d == fp8_dtype::e4m3) return f.template operator()<fp8_dtype::e4m3>();
+  return f.template operator()<fp8_dtype::e5m2>();
+}
+
+inline float key_float(std::uint32_t k) noexcept { return bits_float(k); }
+
+}  // namespace detail
 
 /// CPU backend: buffers are std::vector, every pointer is a host pointer.
 struct host_backend {
@@ -43,6 +77,278 @@ struct host_backend {
   template <class Algo>
   void update_delayed(const delayed_bucket_view& v, Algo algo, delayed_update_args args) const noexcept {
     delayed_update_bucket_host(v, algo, args);
+  }
+
+  // ---- per-tensor FP8 (delayed and current scaling) ---------------------------------------------
+
+  /// *amax_out = max |x| over the non-NaN elements (0 for n == 0): current scaling's first pass.
+  template <class T>
+    requires detail::host_input<T>
+  void amax(const T* x, std::size_t n, float* amax_out) const {
+    detail::require(amax_out != nullptr && (n == 0 || x != nullptr), "host_backend::amax: null pointer (x or amax_out)");
+    *amax_out = detail::amax_host(x, n);
+  }
+
+  /// scale = scale_from_amax(*amax, fp8_max(d), pow2, eps, FLT_MAX) (current scaling), and its inverse.
+  void compute_scale(const float* amax, fp8_dtype d, bool power_2_scale, float amax_epsilon, float* scale_out,
+                     float* scale_inv_out) const {
+    detail::require(amax && scale_out, "host_backend::compute_scale: null pointer (amax or scale_out)");
+    const float s = scale_from_amax(*amax, fp8_max(d), power_2_scale, amax_epsilon, detail::float_max);
+    *scale_out = s;
+    if (scale_inv_out) *scale_inv_out = scale_inverse(s);
+  }
+
+  /// out[i] = fp8(x[i] * *scale) (RNE, saturating, NaN -> NaN code); *scale_inv_out = 1 / *scale;
+  /// when `amax` is non-null, max |x| (NaN ignored) is max-accumulated into *amax (never overwritten).
+  template <class T>
+    requires detail::host_input<T>
+  void quantize_tensor(const T* x, std::size_t n, const float* scale, fp8_dtype d, std::uint8_t* out,
+                       float* scale_inv_out, float* amax) const {
+    detail::require(scale != nullptr, "host_backend::quantize_tensor: scale is null");
+    detail::require(n == 0 || (x != nullptr && out != nullptr), "host_backend::quantize_tensor: null x or out for ", n,
+                    " elements");
+    const float s = *scale;
+    std::uint32_t bits = 0;
+    detail::with_dtype(d, [&]<fp8_dtype D>() { detail::scale_encode_host<D>(x, n, s, out, amax ? &bits : nullptr); });
+    if (amax) *amax = detail::nan_ignoring_max(*amax, detail::key_float(bits));
+    if (scale_inv_out) *scale_inv_out = scale_inverse(s);
+  }
+
+  /// Current scaling in one call: amax (written to *amax_out when non-null), scale, cast.
+  template <class T>
+    requires detail::host_input<T>
+  void quantize_current(const T* x, std::size_t n, fp8_dtype d, bool power_2_scale, float amax_epsilon,
+                        std::uint8_t* out, float* scale_inv_out, float* amax_out = nullptr) const {
+    float a = 0.0f, s = 1.0f;
+    amax(x, n, &a);
+    compute_scale(&a, d, power_2_scale, amax_epsilon, &s, scale_inv_out);
+    quantize_tensor(x, n, &s, d, out, nullptr, nullptr);
+    if (amax_out) *amax_out = a;
+  }
+
+  /// x = decode(q) * *scale_inv.
+  void dequantize_tensor(const std::uint8_t* q, std::size_t n, fp8_dtype d, const float* scale_inv, float* out) const {
+    detail::require(scale_inv != nullptr && (n == 0 || (q && out)), "host_backend::dequantize_tensor: null pointer");
+    const float si = *scale_inv;
+    for (std::size_t i = 0; i < n; ++i) out[i] = decode_fp8(d, q[i]) * si;
+  }
+
+  // ---- MXFP8: E8M0 scale per 1x32 (rowwise) / 32x1 (columnwise) block, or per 32x32 tile ----------
+
+  /// Quantizes x [M, K] (M and K multiples of 32). Requested directions are those with non-empty data
+  /// spans. Scale tensors have TE's padded shapes (mxfp8_*_scale_shape); padding is written as 0.
+  /// `tile_2d`: one scale per 32x32 tile shared by both directions (TE's 2D weight quantization).
+  template <class T>
+    requires detail::host_input<T>
+  void quantize_mxfp8(matrix_view<const T> x, fp8_dtype d, bool tile_2d, const mxfp8_output& o) const {
+    const std::size_t M = x.rows, K = x.cols;
+    detail::require(M % 32 == 0, "quantize_mxfp8: input has ", M,
+                    " rows; MXFP8 needs the product of the leading dims to be a multiple of 32");
+    detail::require(K % 32 == 0, "quantize_mxfp8: input has ", K, " columns; MXFP8 needs the last dim to be a multiple of 32");
+    const bool row = !o.rowwise_data.empty(), col = !o.columnwise_data.empty();
+    detail::require(row || col, "quantize_mxfp8: neither rowwise_data nor columnwise_data requested");
+    detail::require(x.size() == 0 || x.data != nullptr, "quantize_mxfp8: input data is null");
+    const scale_shape rs = mxfp8_rowwise_scale_shape(M, K), cs = mxfp8_columnwise_scale_shape(M, K);
+    if (row) {
+      detail::require_size("quantize_mxfp8", "rowwise_data", o.rowwise_data.size(), M * K, "M*K");
+      detail::require_size("quantize_mxfp8", "rowwise_scale", o.rowwise_scale.size(), rs.size(),
+                           "(roundup(M,128), roundup(K/32,4))");
+    }
+    if (col) {
+      detail::require_size("quantize_mxfp8", "columnwise_data", o.columnwise_data.size(), M * K, "M*K");
+      detail::require_size("quantize_mxfp8", "columnwise_scale", o.columnwise_scale.size(), cs.size(),
+                           "(roundup(M/32,4), roundup(K,128))");
+    }
+    detail::with_dtype(d, [&]<fp8_dtype D>() { mxfp8_impl<D>(x, tile_2d, o, row, col, rs, cs); });
+  }
+
+  /// Dequantizes MXFP8 data ([M, K], rowwise or columnwise scales) into out [M, K].
+  void dequantize_mxfp8(std::span<const std::uint8_t> q, std::size_t M, std::size_t K, fp8_dtype d, bool columnwise,
+                        std::span<const std::uint8_t> scale, std::span<float> out) const {
+    const scale_shape ss = columnwise ? mxfp8_columnwise_scale_shape(M, K) : mxfp8_rowwise_scale_shape(M, K);
+    detail::require_size("dequantize_mxfp8", "data", q.size(), M * K, "M*K");
+    detail::require_size("dequantize_mxfp8", "scale", scale.size(), ss.size(), "TE's padded MXFP8 scale shape");
+    detail::require_size("dequantize_mxfp8", "out", out.size(), M * K, "M*K");
+    for (std::size_t m = 0; m < M; ++m)
+      for (std::size_t k = 0; k < K; ++k) {
+        const std::uint8_t e = columnwise ? scale[(m / 32) * ss.cols + k] : scale[m * ss.cols + k / 32];
+        out[m * K + k] = decode_fp8(d, q[m * K + k]) * decode_e8m0(e);
+      }
+  }
+
+  // ---- FP8 block scaling: fp32 scale per 1x128 (activations, gradients) or 128x128 (weights) -------
+
+  /// Quantizes x [M, K]. Partial tiles at the edges get their own scale (TE's ceil-divided scale
+  /// shapes). Rowwise data is [M, K]; columnwise data is the transpose [K, M]. scale_inv = 1/scale in
+  /// fp32; padding entries are written as 0. scale = scale_from_amax(tile amax, fp8_max, pow2, eps,
+  /// largest finite value of T).
+  template <class T>
+    requires detail::host_input<T>
+  void quantize_block(matrix_view<const T> x, fp8_dtype d, bool tile_2d, bool power_2_scale, float amax_epsilon,
+                      const block_output& o) const {
+    const std::size_t M = x.rows, K = x.cols;
+    const bool row = !o.rowwise_data.empty(), col = !o.columnwise_data.empty();
+    detail::require(row || col, "quantize_block: neither rowwise_data nor columnwise_data requested");
+    detail::require(x.size() == 0 || x.data != nullptr, "quantize_block: input data is null");
+    const scale_shape rs = tile_2d ? block_2d_rowwise_scale_shape(M, K) : block_1d_rowwise_scale_shape(M, K);
+    const scale_shape cs = tile_2d ? block_2d_columnwise_scale_shape(M, K) : block_1d_columnwise_scale_shape(M, K);
+    if (row) {
+      detail::require_size("quantize_block", "rowwise_data", o.rowwise_data.size(), M * K, "M*K");
+      detail::require_size("quantize_block", "rowwise_scale_inv", o.rowwise_scale_inv.size(), rs.size(),
+                           tile_2d ? "(ceil(M/128), roundup(ceil(K/128),4))" : "(ceil(K/128), roundup(M,4))");
+    }
+    if (col) {
+      detail::require_size("quantize_block", "columnwise_data", o.columnwise_data.size(), M * K, "K*M (transposed)");
+      detail::require_size("quantize_block", "columnwise_scale_inv", o.columnwise_scale_inv.size(), cs.size(),
+                           tile_2d ? "(ceil(K/128), roundup(ceil(M/128),4))" : "(ceil(M/128), roundup(K,4))");
+    }
+    detail::with_dtype(d, [&]<fp8_dtype D>() { block_impl<D>(x, tile_2d, power_2_scale, amax_epsilon, o, row, col, rs, cs); });
+  }
+
+  /// Dequantizes FP8 block data into out [M, K]; columnwise data is [K, M].
+  void dequantize_block(std::span<const std::uint8_t> q, std::size_t M, std::size_t K, fp8_dtype d, bool tile_2d,
+                        bool columnwise, std::span<const float> scale_inv, std::span<float> out) const {
+    const scale_shape ss = tile_2d ? (columnwise ? block_2d_columnwise_scale_shape(M, K) : block_2d_rowwise_scale_shape(M, K))
+                                   : (columnwise ? block_1d_columnwise_scale_shape(M, K) : block_1d_rowwise_scale_shape(M, K));
+    detail::require_size("dequantize_block", "data", q.size(), M * K, "M*K");
+    detail::require_size("dequantize_block", "scale_inv", scale_inv.size(), ss.size(), "TE's block scale shape");
+    detail::require_size("dequantize_block", "out", out.size(), M * K, "M*K");
+    for (std::size_t m = 0; m < M; ++m)
+      for (std::size_t k = 0; k < K; ++k) {
+        std::size_t si;
+        if (tile_2d) si = columnwise ? (k / 128) * ss.cols + m / 128 : (m / 128) * ss.cols + k / 128;
+        else si = columnwise ? (m / 128) * ss.cols + k : (k / 128) * ss.cols + m;
+        const std::uint8_t b = columnwise ? q[k * M + m] : q[m * K + k];
+        out[m * K + k] = decode_fp8(d, b) * scale_inv[si];
+      }
+  }
+
+ private:
+  template <fp8_dtype D, class T>
+  static void mxfp8_impl(matrix_view<const T> x, bool tile_2d, const mxfp8_output& o, bool row, bool col,
+                         scale_shape rs, scale_shape cs) {
+    const std::size_t M = x.rows, K = x.cols, KB = K / 32;
+    constexpr float rcp = 1.0f / fp8_max(D);  // TE multiplies by the fp32 reciprocal
+    if (row) std::memset(o.rowwise_scale.data(), 0, o.rowwise_scale.size());
+    if (col) std::memset(o.columnwise_scale.data(), 0, o.columnwise_scale.size());
+    std::vector<std::uint32_t> colmax(K);
+    std::vector<float> mult(K);
+    std::vector<std::uint8_t> code(K);
+    for (std::size_t mb = 0; mb < M / 32; ++mb) {
+      const T* blk = x.data + mb * 32 * K;
+      if (tile_2d || col) {
+        std::fill(colmax.begin(), colmax.end(), 0u);
+        for (std::size_t r = 0; r < 32; ++r) detail::column_amax_host(blk + r * K, K, colmax.data());
+      }
+      if (tile_2d) {
+        for (std::size_t kb = 0; kb < KB; ++kb) {
+          std::uint32_t m = 0;
+          for (std::size_t c = 0; c < 32; ++c) m = colmax[kb * 32 + c] > m ? colmax[kb * 32 + c] : m;
+          const std::uint8_t e = encode_e8m0(detail::bits_float(m) * rcp);
+          for (std::size_t c = 0; c < 32; ++c) {
+            code[kb * 32 + c] = e;
+            mult[kb * 32 + c] = e8m0_multiplier(e);
+          }
+        }
+        for (std::size_t r = 0; r < 32; ++r) {
+          const std::size_t m = mb * 32 + r;
+          std::uint8_t* dst = row ? o.rowwise_data.data() + m * K : o.columnwise_data.data() + m * K;
+          detail::scale_encode_each_host<D>(blk + r * K, K, mult.data(), dst);
+          if (row && col) std::memcpy(o.columnwise_data.data() + m * K, dst, K);
+          if (row)
+            for (std::size_t kb = 0; kb < KB; ++kb) o.rowwise_scale[m * rs.cols + kb] = code[kb * 32];
+        }
+        if (col) std::memcpy(o.columnwise_scale.data() + mb * cs.cols, code.data(), K);
+        continue;
+      }
+      if (row) {
+        for (std::size_t r = 0; r < 32; ++r) {
+          const std::size_t m = mb * 32 + r;
+          const T* src = blk + r * K;
+          for (std::size_t kb = 0; kb < KB; ++kb) {
+            const std::uint8_t e = encode_e8m0(detail::amax_host(src + kb * 32, 32) * rcp);
+            o.rowwise_scale[m * rs.cols + kb] = e;
+            detail::scale_encode_host<D>(src + kb * 32, 32, e8m0_multiplier(e), o.rowwise_data.data() + m * K + kb * 32,
+                                         nullptr);
+          }
+        }
+      }
+      if (col) {
+        for (std::size_t k = 0; k < K; ++k) {
+          const std::uint8_t e = encode_e8m0(detail::bits_float(colmax[k]) * rcp);
+          o.columnwise_scale[mb * cs.cols + k] = e;
+          mult[k] = e8m0_multiplier(e);
+        }
+        for (std::size_t r = 0; r < 32; ++r)
+          detail::scale_encode_each_host<D>(blk + r * K, K, mult.data(), o.columnwise_data.data() + (mb * 32 + r) * K);
+      }
+    }
+  }
+
+  template <fp8_dtype D, class T>
+  static void block_impl(matrix_view<const T> x, bool tile_2d, bool pow2, float eps, const block_output& o, bool row,
+                         bool col, scale_shape rs, scale_shape cs) {
+    const std::size_t M = x.rows, K = x.cols, KB = detail::ceil_div(K, 128);
+    constexpr float fmax = fp8_max(D);
+    constexpr float vinf = detail::input_type_max<T>();
+    if (row) std::fill(o.rowwise_scale_inv.begin(), o.rowwise_scale_inv.end(), 0.0f);
+    if (col) std::fill(o.columnwise_scale_inv.begin(), o.columnwise_scale_inv.end(), 0.0f);
+    std::vector<std::uint32_t> colmax(K);
+    std::vector<float> scale(K);
+    std::vector<std::uint8_t> tmp(K);
+    for (std::size_t mb = 0; mb * 128 < M; ++mb) {
+      const std::size_t r0 = mb * 128, nr = M - r0 < 128 ? M - r0 : 128;
+      const T* blk = x.data + r0 * K;
+      if (tile_2d || col) {
+        std::fill(colmax.begin(), colmax.end(), 0u);
+        for (std::size_t r = 0; r < nr; ++r) detail::column_amax_host(blk + r * K, K, colmax.data());
+      }
+      if (tile_2d) {
+        for (std::size_t kb = 0; kb < KB; ++kb) {
+          const std::size_t c1 = (kb + 1) * 128 < K ? (kb + 1) * 128 : K;
+          std::uint32_t m = 0;
+          for (std::size_t c = kb * 128; c < c1; ++c) m = colmax[c] > m ? colmax[c] : m;
+          const float s = scale_from_amax(detail::bits_float(m), fmax, pow2, eps, vinf);
+          const float si = 1.0f / s;
+          for (std::size_t c = kb * 128; c < c1; ++c) scale[c] = s;
+          if (row) o.rowwise_scale_inv[mb * rs.cols + kb] = si;
+          if (col) o.columnwise_scale_inv[kb * cs.cols + mb] = si;
+        }
+        for (std::size_t r = 0; r < nr; ++r) {
+          std::uint8_t* dst = row ? o.rowwise_data.data() + (r0 + r) * K : tmp.data();
+          detail::scale_encode_each_host<D>(blk + r * K, K, scale.data(), dst);
+          if (col) scatter_column(o.columnwise_data.data(), M, r0 + r, dst, K);
+        }
+        continue;
+      }
+      if (row) {
+        for (std::size_t r = 0; r < nr; ++r) {
+          const std::size_t m = r0 + r;
+          const T* src = blk + r * K;
+          for (std::size_t kb = 0; kb < KB; ++kb) {
+            const std::size_t c0 = kb * 128, len = K - c0 < 128 ? K - c0 : 128;
+            const float s = scale_from_amax(detail::amax_host(src + c0, len), fmax, pow2, eps, vinf);
+            o.rowwise_scale_inv[kb * rs.cols + m] = 1.0f / s;
+            detail::scale_encode_host<D>(src + c0, len, s, o.rowwise_data.data() + m * K + c0, nullptr);
+          }
+        }
+      }
+      if (col) {
+        for (std::size_t k = 0; k < K; ++k) {
+          scale[k] = scale_from_amax(detail::bits_float(colmax[k]), fmax, pow2, eps, vinf);
+          o.columnwise_scale_inv[mb * cs.cols + k] = 1.0f / scale[k];
+        }
+        for (std::size_t r = 0; r < nr; ++r) {
+          detail::scale_encode_each_host<D>(blk + r * K, K, scale.data(), tmp.data());
+          scatter_column(o.columnwise_data.data(), M, r0 + r, tmp.data(), K);
+        }
+      }
+    }
+  }
+
+  // Row m of the [M, K] codes becomes column m of the transposed [K, M] output.
+  static void scatter_column(std::uint8_t* out_t, std::size_t M, std::size_t m, const std::uint8_t* src, std::size_t K) {
+    for (std::size_t k = 0; k < K; ++k) out_t[k * M + m] = src[k];
   }
 };
 
