@@ -1,0 +1,538 @@
+// SPDX-License-Identifier: Apache-2.0
+// libtorch (PyTorch C++ API) integration: graph hooks for its autograd engine, an FP8 linear layer
+// (fake quantization on CPU float tensors) and activation checkpoints that drive tequant's frames.
+#pragma once
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/ivalue.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/accumulate_grad.h>
+#include <torch/csrc/autograd/graph_task.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <queue>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "tequant/boundary/concepts.hpp"
+#include "tequant/checkpoint/frame.hpp"
+#include "tequant/error.hpp"
+#include "tequant/format/bits.hpp"
+#include "tequant/format/e8m0.hpp"
+#include "tequant/format/formats.hpp"
+#include "tequant/format/fp8.hpp"
+#include "tequant/format/scale.hpp"
+#include "tequant/manager_types.hpp"
+#include "tequant/recipe/block.hpp"
+#include "tequant/recipe/current.hpp"
+#include "tequant/recipe/mxfp8.hpp"
+
+namespace tequant {
+
+// ---- graph hooks ------------------------------------------------------------------------------------
+
+/// graph_hooks for libtorch's autograd engine. "Inside a backward task" is libtorch's thread-local
+/// current GraphTask, read through the exported `get_current_graph_task_exec_info()` (nullptr outside
+/// any task); a final callback goes to the current task through `Engine::queue_callback`, which in a
+/// nested backward() is the inner task (the manager takes care of queuing on the outermost one).
+struct libtorch_hooks {
+  bool in_backward() const noexcept { return torch::autograd::get_current_graph_task_exec_info() != nullptr; }
+
+  bool queue_callback(void (*fn)(void*), void* ctx) const noexcept {
+    if (!in_backward()) return false;  // queue_callback would throw "only during backward pass"
+    try {
+      torch::autograd::Engine::get_default_engine().queue_callback([fn, ctx] { fn(ctx); });
+      return true;
+    } catch (...) {
+      return false;
+    }
+  }
+};
+
+static_assert(graph_hooks<libtorch_hooks>);
+
+/// An autocast region that first tells the manager libtorch's grad mode, so the forward update at
+/// the outermost exit follows torch::GradMode as TE's follows torch.is_grad_enabled().
+template <class Manager>
+class [[nodiscard]] libtorch_autocast {
+ public:
+  explicit libtorch_autocast(Manager& mgr, bool enabled = true)
+      : grad_(mgr.grad_mode(torch::GradMode::is_enabled())), region_(mgr.autocast(enabled)) {}
+  libtorch_autocast(const libtorch_autocast&) = delete;
+  libtorch_autocast& operator=(const libtorch_autocast&) = delete;
+
+ private:
+  typename Manager::grad_mode_guard grad_;     // restored after the region's exit
+  typename Manager::autocast_region region_;
+};
+
+// ---- CPU RNG state (what a checkpoint replay must see) ------------------------------------------
+
+namespace detail {
+
+inline at::Tensor cpu_rng_state() {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+
+inline void set_cpu_rng_state(const at::Tensor& state) {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(state);
+}
+
+/// Restores the CPU RNG state it saw at construction (the caller's stream continues untouched).
+class rng_fork {
+ public:
+  rng_fork() : saved_(cpu_rng_state()) {}
+  rng_fork(const rng_fork&) = delete;
+  rng_fork& operator=(const rng_fork&) = delete;
+  ~rng_fork() { set_cpu_rng_state(saved_); }
+
+ private:
+  at::Tensor saved_;
+};
+
+}  // namespace detail
+
+// ---- fake quantization (quantize, then dequantize, on the host) ----------------------------------
+
+/// Which tensor of a GEMM is cast: the recipes tile activations/gradients and weights differently.
+enum class gemm_operand : std::uint8_t { activation, weight, gradient };
+/// Rowwise: blocks run along the last dim (the GEMM that contracts over it); columnwise: along the
+/// flattened leading dims (the GEMM that contracts over those, e.g. wgrad).
+enum class block_axis : std::uint8_t { rowwise, columnwise };
+
+namespace detail {
+
+inline float fake_cast(float x, float multiplier, float dequant, fp8_dtype t) noexcept {
+  return decode_fp8(t, encode_fp8(t, x * multiplier)) * dequant;
+}
+
+/// Per-tensor cast with `scale`; max-accumulates |x| into *amax when amax is not null.
+inline void fake_quantize_per_tensor(const float* x, float* out, std::size_t n, float scale, fp8_dtype t,
+                                     float* amax) noexcept {
+  const float scale_inv = scale_inverse(scale);
+  float m = 0.0f;
+  for (std::size_t i = 0; i < n; ++i) {
+    m = nan_ignoring_max(m, std::fabs(x[i]));
+    out[i] = fake_cast(x[i], scale, scale_inv, t);
+  }
+  if (amax != nullptr) *amax = nan_ignoring_max(*amax, m);
+}
+
+inline float tensor_amax(const float* x, std::size_t n) noexcept {
+  float m = 0.0f;
+  for (std::size_t i = 0; i < n; ++i) m = nan_ignoring_max(m, std::fabs(x[i]));
+  return m;
+}
+
+/// Tiles of tr x tc over a rows x cols row-major matrix (edge tiles may be partial); `scales(amax)`
+/// returns {multiplier, dequant} for a tile.
+template <class Scales>
+void fake_quantize_tiles(const float* x, float* out, std::size_t rows, std::size_t cols, std::size_t tr,
+                         std::size_t tc, fp8_dtype t, Scales scales) {
+  for (std::size_t r0 = 0; r0 < rows; r0 += tr) {
+    const std::size_t r1 = std::min(rows, r0 + tr);
+    for (std::size_t c0 = 0; c0 < cols; c0 += tc) {
+      const std::size_t c1 = std::min(cols, c0 + tc);
+      float a = 0.0f;
+      for (std::size_t r = r0; r < r1; ++r)
+        for (std::size_t c = c0; c < c1; ++c) a = nan_ignoring_max(a, std::fabs(x[r * cols + c]));
+      const auto [mult, deq] = scales(a);
+      for (std::size_t r = r0; r < r1; ++r)
+        for (std::size_t c = c0; c < c1; ++c) out[r * cols + c] = fake_cast(x[r * cols + c], mult, deq, t);
+    }
+  }
+}
+
+struct tile_factors {
+  float multiplier;
+  float dequant;
+};
+
+}  // namespace detail
+
+/// Fake-quantizes a contiguous CPU float matrix [rows, cols] with `recipe`'s scaling as `plan` says.
+/// Per-tensor recipes cast with *plan.scale (delayed) or a scale from the tensor's own amax (current)
+/// and max-accumulate into plan.amax; MXFP8 and block recipes use their tiles (TE §2.3-2.4).
+template <class Recipe>
+torch::Tensor fake_quantize(const typename Recipe::params_type& params, const cast_plan& plan,
+                            const torch::Tensor& x2d, gemm_operand operand, block_axis axis) {
+  detail::require(x2d.dim() == 2 && x2d.scalar_type() == torch::kFloat && x2d.device().is_cpu() &&
+                      x2d.is_contiguous(),
+                  "fake_quantize: expects a contiguous 2-D CPU float32 tensor, got ", x2d.dim(), "-D ",
+                  std::string(c10::toString(x2d.scalar_type())));
+  torch::Tensor out = torch::empty_like(x2d);
+  const auto rows = static_cast<std::size_t>(x2d.size(0));
+  const auto cols = static_cast<std::size_t>(x2d.size(1));
+  const float* in = x2d.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  const fp8_dtype t = plan.dtype;
+  if constexpr (std::is_same_v<Recipe, mxfp8_scaling>) {
+    detail::require(rows % 32 == 0 && cols % 32 == 0, "fake_quantize: mxfp8_scaling needs both dims of a ",
+                    rows, "x", cols, " operand to be multiples of 32");
+    const bool tile2d = operand == gemm_operand::weight && params.weight_2d;
+    const std::size_t tr = tile2d ? 32 : (axis == block_axis::rowwise ? 1 : 32);
+    const std::size_t tc = tile2d ? 32 : (axis == block_axis::rowwise ? 32 : 1);
+    const float recip = 1.0f / fp8_max(t);
+    detail::fake_quantize_tiles(in, o, rows, cols, tr, tc, t, [recip](float a) {
+      const std::uint8_t e = encode_e8m0(a * recip);
+      return detail::tile_factors{e8m0_multiplier(e), decode_e8m0(e)};
+    });
+  } else if constexpr (std::is_same_v<Recipe, block_scaling>) {
+    const bool tile2d = operand == gemm_operand::weight;
+    const std::size_t tr = tile2d ? 128 : (axis == block_axis::rowwise ? 1 : 128);
+    const std::size_t tc = tile2d ? 128 : (axis == block_axis::rowwise ? 128 : 1);
+    const float fmax = fp8_max(t);
+    detail::fake_quantize_tiles(in, o, rows, cols, tr, tc, t, [&](float a) {
+      const float s = scale_from_amax(a, fmax, params.power_2_scale, params.amax_epsilon, FLT_MAX);
+      // 2-D tiles divide in fp32, 1-D tiles in double (TE's two kernels)
+      const float inv = tile2d ? 1.0f / s : static_cast<float>(1.0 / static_cast<double>(s));
+      return detail::tile_factors{s, inv};
+    });
+  } else if constexpr (std::is_same_v<Recipe, current_scaling>) {
+    const float a = detail::tensor_amax(in, rows * cols);
+    const float s = current_scaling::scale(a, t, params.power_2_scale, params.amax_epsilon);
+    detail::fake_quantize_per_tensor(in, o, rows * cols, s, t, nullptr);
+  } else {  // delayed scaling: the manager's scale, amax recorded for the next update
+    detail::require(plan.scale != nullptr, "fake_quantize: ", Recipe::name, " gave no scale for a per-tensor cast");
+    detail::fake_quantize_per_tensor(in, o, rows * cols, *plan.scale, t, plan.amax);
+  }
+  return out;
+}
+
+namespace detail {
+
+template <class Recipe>
+constexpr bool per_tensor_recipe = !std::is_same_v<Recipe, mxfp8_scaling> && !std::is_same_v<Recipe, block_scaling>;
+
+/// A torch::CustomClassHolder carried through AutogradContext::saved_data as a capsule.
+template <class T>
+c10::intrusive_ptr<T> from_capsule(const c10::IValue& v) {
+  return c10::static_intrusive_pointer_cast<T>(v.toCapsule());
+}
+
+}  // namespace detail
+
+// ---- the FP8 linear layer ---------------------------------------------------------------------------
+
+template <class Manager>
+struct fp8_linear_function;
+
+/// y = x W^T + b with x, W (forward) and dy (backward) fake-quantized through the manager's recipe.
+/// One registered module with one GEMM; slots input/weight (forward) and grad_output (backward).
+template <class Manager>
+class fp8_linear : public torch::nn::Module {
+ public:
+  fp8_linear(Manager& mgr, std::string name, std::int64_t in_features, std::int64_t out_features, bool bias = true)
+      : mgr_(&mgr), handle_(mgr.register_module(name, 1)) {
+    detail::require(in_features > 0 && out_features > 0, "fp8_linear '", name, "': features must be positive, got ",
+                    in_features, "x", out_features);
+    weight = register_parameter("weight", torch::empty({out_features, in_features}));
+    if (bias) this->bias = register_parameter("bias", torch::empty({out_features}));
+    const double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
+    torch::NoGradGuard no_grad;
+    weight.uniform_(-bound, bound);
+    if (bias) this->bias.uniform_(-bound, bound);
+  }
+
+  torch::Tensor forward(const torch::Tensor& x) {
+    detail::require(x.dim() >= 1 && x.size(-1) == weight.size(1), "fp8_linear: input's last dim ",
+                    x.dim() >= 1 ? x.size(-1) : 0, " does not match in_features ", weight.size(1));
+    const bool needs_backward = torch::GradMode::is_enabled() &&
+                                (x.requires_grad() || weight.requires_grad() || (bias.defined() && bias.requires_grad()));
+    return fp8_linear_function<Manager>::apply(x, weight, bias, mgr_, handle_.index, needs_backward);
+  }
+
+  module_handle handle() const noexcept { return handle_; }
+
+  torch::Tensor weight;
+  torch::Tensor bias;
+
+ private:
+  Manager* mgr_;
+  module_handle handle_;
+};
+
+template <class Manager>
+struct fp8_linear_function : torch::autograd::Function<fp8_linear_function<Manager>> {
+  using recipe = typename Manager::recipe_type;
+
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w,
+                               const torch::Tensor& b, Manager* mgr, std::uint32_t module, bool needs_backward) {
+    const module_handle h{module};
+    const backward_ticket ticket = mgr->module_forward(h, needs_backward);
+    const auto& params = mgr->params();
+    const torch::Tensor x2d = x.reshape({-1, x.size(-1)}).contiguous();
+    const torch::Tensor w2d = w.contiguous();
+    const cast_plan px = mgr->plan_cast(mgr->slot(h, forward_role::input));
+    const cast_plan pw = mgr->plan_cast(mgr->slot(h, forward_role::weight));
+    const torch::Tensor xq = fake_quantize<recipe>(params, px, x2d, gemm_operand::activation, block_axis::rowwise);
+    const torch::Tensor wq = fake_quantize<recipe>(params, pw, w2d, gemm_operand::weight, block_axis::rowwise);
+    torch::Tensor y = b.defined() ? torch::addmm(b, xq, wq.t()) : xq.matmul(wq.t());
+    if (needs_backward) {
+      // wgrad contracts over tokens and dgrad over out_features: those casts block the other axis
+      // (per-tensor recipes: the same values, and the amax is recorded once)
+      torch::Tensor xc = xq, wc = wq;
+      if constexpr (!detail::per_tensor_recipe<recipe>) {
+        cast_plan no_amax = px;
+        no_amax.amax = nullptr;
+        xc = fake_quantize<recipe>(params, no_amax, x2d, gemm_operand::activation, block_axis::columnwise);
+        no_amax = pw;
+        no_amax.amax = nullptr;
+        wc = fake_quantize<recipe>(params, no_amax, w2d, gemm_operand::weight, block_axis::columnwise);
+      }
+      ctx->save_for_backward({xc, wc});
+      ctx->saved_data["mgr"] = static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(mgr));
+      ctx->saved_data["module"] = static_cast<std::int64_t>(module);
+      ctx->saved_data["owner"] = ticket.owner;
+      ctx->saved_data["has_bias"] = b.defined();
+      ctx->saved_data["x_sizes"] = x.sizes();
+    }
+    auto out_sizes = x.sizes().vec();
+    out_sizes.back() = w.size(0);
+    return y.reshape(out_sizes);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* mgr = reinterpret_cast<Manager*>(static_cast<std::intptr_t>(ctx->saved_data["mgr"].toInt()));
+    const module_handle h{static_cast<std::uint32_t>(ctx->saved_data["module"].toInt())};
+    const backward_ticket ticket{ctx->saved_data["owner"].toBool()};
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor& xc = saved[0];
+    const torch::Tensor& wc = saved[1];
+    const auto& params = mgr->params();
+    const torch::Tensor g2d = grads[0].reshape({-1, wc.size(0)}).contiguous();
+    const cast_plan pg = mgr->plan_cast(mgr->slot(h, backward_role::grad_output));
+    const torch::Tensor gq = fake_quantize<recipe>(params, pg, g2d, gemm_operand::gradient, block_axis::rowwise);
+    torch::Tensor gc = gq;
+    if constexpr (!detail::per_tensor_recipe<recipe>) {
+      cast_plan no_amax = pg;
+      no_amax.amax = nullptr;
+      gc = fake_quantize<recipe>(params, no_amax, g2d, gemm_operand::gradient, block_axis::columnwise);
+    }
+    torch::Tensor dx, dw, db;
+    if (ctx->needs_input_grad(0)) dx = gq.matmul(wc).reshape(ctx->saved_data["x_sizes"].toIntVector());
+    if (ctx->needs_input_grad(1)) dw = gc.t().matmul(xc);
+    if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) db = g2d.sum(0);
+    mgr->request_backward_update(ticket);
+    return {dx, dw, db, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// ---- activation checkpoints -------------------------------------------------------------------------
+
+/// The checkpointed callable: tensors in, tensors out.
+using checkpoint_body = std::function<torch::autograd::variable_list(const torch::autograd::variable_list&)>;
+
+/// reentrant: the backward replays and runs a nested torch::autograd::backward (a separate GraphTask),
+///   like torch.utils.checkpoint(use_reentrant=True) and TE's _CheckpointFunction.
+/// same_task: the backward replays and differentiates the replayed graph inside the CURRENT GraphTask
+///   (no nested backward, so nothing the replay does can see or end an inner task). libtorch 1.13's
+///   C++ API has no saved-tensor default hooks (they take PyObjects), so instead of PyTorch's
+///   non-reentrant unpack-triggered replay this walks the replayed nodes itself; see
+///   detail::backward_in_current_task.
+enum class checkpoint_mode : std::uint8_t { reentrant, same_task };
+
+namespace detail {
+
+/// Runs the backward of the graph behind `roots` on the calling thread without opening a GraphTask:
+/// nodes in the engine's order (highest sequence number first among the ready ones), gradients of one
+/// input summed in arrival order, tensor and node hooks called, AccumulateGrad of parameters run as
+/// the engine would. Gradients that reach the AccumulateGrad of a tensor in `capture` are returned
+/// for that tensor instead of being accumulated into its .grad.
+inline torch::autograd::variable_list backward_in_current_task(const torch::autograd::variable_list& roots,
+                                                                const torch::autograd::variable_list& root_grads,
+                                                                const torch::autograd::variable_list& capture,
+                                                                bool keep_graph) {
+  using torch::autograd::Node;
+  using torch::autograd::variable_list;
+  torch::autograd::variable_list captured(capture.size());
+  auto capture_index = [&](Node* fn) -> std::ptrdiff_t {
+    auto* acc = dynamic_cast<torch::autograd::AccumulateGrad*>(fn);
+    if (acc == nullptr) return -1;
+    for (std::size_t i = 0; i < capture.size(); ++i)
+      if (capture[i].defined() && acc->variable.is_same(capture[i])) return static_cast<std::ptrdiff_t>(i);
+    return -1;
+  };
+  auto accumulate = [](torch::Tensor& slot, const torch::Tensor& g) {
+    if (!g.defined()) return;
+    slot = slot.defined() ? slot + g : g;
+  };
+
+  std::unordered_map<Node*, int> dependencies;
+  std::unordered_map<Node*, variable_list> buffers;
+  std::unordered_map<Node*, std::shared_ptr<Node>> keep_alive;
+  std::vector<torch::autograd::Edge> root_edges;
+  for (const auto& r : roots) root_edges.push_back(torch::autograd::impl::gradient_edge(r));
+
+  // dependency counts over everything reachable, stopping at captured leaves
+  std::vector<Node*> stack;
+  for (const auto& e : root_edges)
+    if (e.is_valid() && capture_index(e.function.get()) < 0 && keep_alive.emplace(e.function.get(), e.function).second)
+      stack.push_back(e.function.get());
+  while (!stack.empty()) {
+    Node* fn = stack.back();
+    stack.pop_back();
+    for (const auto& e : fn->next_edges()) {
+      if (!e.is_valid() || capture_index(e.function.get()) >= 0) continue;
+      ++dependencies[e.function.get()];
+      if (keep_alive.emplace(e.function.get(), e.function).second) stack.push_back(e.function.get());
+    }
+  }
+
+  auto cmp = [](Node* a, Node* b) { return a->sequence_nr() < b->sequence_nr(); };
+  std::priority_queue<Node*, std::vector<Node*>, decltype(cmp)> ready(cmp);
+  auto deliver = [&](const torch::autograd::Edge& e, const torch::Tensor& g) {
+    if (!e.is_valid()) return;
+    Node* fn = e.function.get();
+    if (const auto ci = capture_index(fn); ci >= 0) {
+      accumulate(captured[static_cast<std::size_t>(ci)], g);
+      return;
+    }
+    auto& buf = buffers[fn];
+    if (buf.empty()) buf.resize(fn->num_inputs());
+    accumulate(buf[e.input_nr], g);
+  };
+  for (std::size_t i = 0; i < root_edges.size(); ++i) deliver(root_edges[i], root_grads[i]);
+  for (const auto& e : root_edges)
+    if (e.is_valid() && capture_index(e.function.get()) < 0 && dependencies[e.function.get()] == 0) {
+      dependencies[e.function.get()] = -1;  // queued once even if several roots share it
+      ready.push(e.function.get());
+    }
+
+  while (!ready.empty()) {
+    Node* fn = ready.top();
+    ready.pop();
+    variable_list inputs = std::move(buffers[fn]);
+    buffers.erase(fn);
+    inputs.resize(fn->num_inputs());
+    for (auto& hook : fn->pre_hooks()) inputs = (*hook)(inputs);
+    variable_list outputs = (*fn)(variable_list(inputs));
+    for (auto& hook : fn->post_hooks()) outputs = (*hook)(outputs, inputs);
+    if (!keep_graph) fn->release_variables();
+    const auto& next = fn->next_edges();
+    for (std::size_t j = 0; j < next.size() && j < outputs.size(); ++j) {
+      const auto& e = next[j];
+      if (!e.is_valid()) continue;
+      deliver(e, outputs[j]);
+      if (capture_index(e.function.get()) >= 0) continue;
+      if (--dependencies[e.function.get()] == 0) ready.push(e.function.get());
+    }
+  }
+  return captured;
+}
+
+template <class Manager>
+struct checkpoint_state : torch::CustomClassHolder {
+  checkpoint_state(Manager& m, checkpoint_body b, checkpoint_mode md, std::string name)
+      : mgr(&m), body(std::move(b)), mode(md), frame(std::move(name)) {}
+  Manager* mgr;
+  checkpoint_body body;
+  checkpoint_mode mode;
+  checkpoint_frame frame;
+  at::Tensor rng;                     // CPU generator state at the original forward
+  bool quantization_enabled = false;  // autocast state at the call site
+};
+
+template <class Manager>
+struct checkpoint_function : torch::autograd::Function<checkpoint_function<Manager>> {
+  using state_t = checkpoint_state<Manager>;
+
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, c10::intrusive_ptr<state_t> st,
+                                                at::TensorList inputs) {
+    Manager& mgr = *st->mgr;
+    bool needs_grad = false;
+    for (const auto& in : inputs) needs_grad = needs_grad || (in.defined() && in.requires_grad());
+    st->rng = cpu_rng_state();
+    st->quantization_enabled = mgr.quantization_enabled();  // TE: the replay's autocast(enabled=ctx.fp8)
+    torch::autograd::variable_list outputs;
+    {
+      auto frame = mgr.checkpoint_forward(st->frame, needs_grad);
+      auto no_grad = mgr.grad_mode(false);  // what libtorch does for this forward: no autocast exit updates
+      outputs = st->body(inputs.vec());
+    }
+    ctx->save_for_backward(inputs.vec());
+    ctx->saved_data["state"] = c10::IValue::make_capsule(st);
+    return outputs;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto st = from_capsule<state_t>(ctx->saved_data["state"]);
+    Manager& mgr = *st->mgr;
+    const auto saved = ctx->get_saved_variables();
+    torch::autograd::variable_list detached;
+    detached.reserve(saved.size());
+    for (std::size_t i = 0; i < saved.size(); ++i) {
+      torch::Tensor d = saved[i].defined() ? saved[i].detach() : saved[i];
+      if (d.defined()) d.requires_grad_(ctx->needs_input_grad(i));
+      detached.push_back(d);
+    }
+    torch::autograd::variable_list outputs;
+    {
+      // Under engine_callback, opening the replay inside this task queues the update on it, so the
+      // nested backward below cannot queue (or flush at the end of) its own task.
+      auto frame = mgr.checkpoint_replay(st->frame);
+      auto grad_on = mgr.grad_mode(true);
+      auto region = mgr.autocast(st->quantization_enabled);
+      rng_fork fork;  // the replay sees the forward's random stream; the backward's resumes after it
+      set_cpu_rng_state(st->rng);
+      torch::AutoGradMode enable(true);
+      outputs = st->body(detached);
+    }
+    detail::require(outputs.size() == grads.size(), "checkpoint '", st->frame.name(), "': the replay returned ",
+                    outputs.size(), " tensors, the original forward ", grads.size());
+    torch::autograd::variable_list roots, root_grads;
+    for (std::size_t i = 0; i < outputs.size(); ++i)
+      if (outputs[i].defined() && outputs[i].requires_grad() && grads[i].defined()) {
+        roots.push_back(outputs[i]);
+        root_grads.push_back(grads[i]);
+      }
+    // one gradient per forward argument: none for the state, then one per input
+    torch::autograd::variable_list result(1 + detached.size());
+    torch::autograd::variable_list input_grads(detached.size());
+    if (st->mode == checkpoint_mode::reentrant) {
+      if (!roots.empty()) torch::autograd::backward(roots, root_grads);
+      for (std::size_t i = 0; i < detached.size(); ++i)
+        if (detached[i].defined() && detached[i].requires_grad()) input_grads[i] = detached[i].grad();
+    } else {
+      input_grads = backward_in_current_task(roots, root_grads, detached,
+                                             torch::autograd::get_current_graph_task_keep_graph());
+    }
+    std::move(input_grads.begin(), input_grads.end(), result.begin() + 1);
+    return result;
+  }
+};
+
+}  // namespace detail
+
+/// Runs `body(inputs)` as an activation checkpoint: the forward keeps only the inputs (and the CPU RNG
+/// state), the backward replays `body` under `mgr.checkpoint_replay` with the forward's RNG state and
+/// bit-identical scales. Under no-grad (or with no input needing grad under grad mode) the frame is
+/// not eligible and nothing is kept for a replay (TE #3394).
+template <class Manager>
+torch::autograd::variable_list checkpoint(Manager& mgr, checkpoint_body body, const torch::autograd::variable_list& inputs,
+                                          checkpoint_mode mode = checkpoint_mode::reentrant,
+                                          std::string name = "checkpoint") {
+  detail::require(static_cast<bool>(body), "checkpoint '", name, "': empty body");
+  if (!torch::GradMode::is_enabled()) return body(inputs);
+  auto st = c10::make_intrusive<detail::checkpoint_state<Manager>>(mgr, std::move(body), mode, std::move(name));
+  return detail::checkpoint_function<Manager>::apply(st, at::TensorList(inputs));
+}
+
+}  // namespace tequant

@@ -1,0 +1,706 @@
+// SPDX-License-Identifier: Apache-2.0
+// The engine-callback boundary on libtorch's real autograd engine: TE's bug scenarios (te-semantics
+// §7 A-G, J-O), plain versus checkpointed training bit for bit, and TE's old first-module ownership
+// failing on the same graphs. One TU on purpose (each libtorch TU costs ~12 s and ~1 GB to compile).
+#include "tequant/integration/libtorch.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "tequant/boundary/engine_callback.hpp"
+#include "tequant/boundary/first_module_owner.hpp"
+#include "tequant/manager.hpp"
+#include "tequant/recipe/block.hpp"
+#include "tequant/recipe/current.hpp"
+#include "tequant/recipe/delayed.hpp"
+#include "tequant/recipe/mxfp8.hpp"
+
+namespace {
+
+using namespace tequant;
+using vl = torch::autograd::variable_list;
+
+using hooks_boundary = engine_callback<libtorch_hooks>;
+template <class Boundary>
+using delayed_mgr = quantization_manager<delayed_scaling<>, Boundary>;
+using cb_mgr = delayed_mgr<hooks_boundary>;
+using owner_mgr = delayed_mgr<first_module_owner>;
+
+constexpr std::int64_t hidden = 32;
+constexpr std::int64_t batch = 32;
+
+template <class M>
+M make_mgr() {
+  return M(delayed_params{.format = fp8_format::hybrid, .history_length = 4});
+}
+
+template <class M>
+using layer_ptr = std::shared_ptr<fp8_linear<M>>;
+
+template <class M>
+std::vector<layer_ptr<M>> make_layers(M& mgr, int n, const std::string& prefix = "L", std::uint64_t seed = 7) {
+  torch::manual_seed(seed);
+  std::vector<layer_ptr<M>> v;
+  for (int i = 0; i < n; ++i) v.push_back(std::make_shared<fp8_linear<M>>(mgr, prefix + std::to_string(i), hidden, hidden));
+  return v;
+}
+
+template <class M>
+vl seq(const std::vector<layer_ptr<M>>& ls, std::size_t first, std::size_t last, const vl& in) {
+  torch::Tensor x = in[0];
+  for (std::size_t i = first; i < last; ++i) x = ls[i]->forward(x);
+  return {x};
+}
+
+template <class M>
+vl seq_all(const std::vector<layer_ptr<M>>& ls, const vl& in) {
+  return seq(ls, 0, ls.size(), in);
+}
+
+torch::Tensor input(bool requires_grad = true, std::uint64_t seed = 11) {
+  torch::manual_seed(seed);
+  return torch::randn({batch, hidden}).requires_grad_(requires_grad);
+}
+
+struct counts {
+  std::uint64_t forward, backward;
+};
+
+template <class M>
+counts snapshot_counts(const M& mgr) {
+  const auto s = mgr.stats();
+  return {s.forward_updates, s.backward_updates};
+}
+
+/// One training step's worth of updates happened and nothing is left behind.
+template <class M>
+void check_step(const M& mgr, counts before, std::uint64_t fwd = 1, std::uint64_t bwd = 1) {
+  const auto s = mgr.stats();
+  CHECK(s.forward_updates - before.forward == fwd);
+  CHECK(s.backward_updates - before.backward == bwd);
+  CHECK_FALSE(s.pending);
+  CHECK(s.autocast_depth == 0);
+  CHECK(s.scope_depth == 0);
+  CHECK(s.checkpoint_depth == 0);
+  CHECK(s.outstanding_snapshots == 0);
+}
+
+template <class M, class Forward>
+void run_steps(M& mgr, int steps, Forward&& forward, std::uint64_t fwd = 1, std::uint64_t bwd = 1) {
+  for (int step = 0; step < steps; ++step) {
+    CAPTURE(step);
+    const counts before = snapshot_counts(mgr);
+    torch::Tensor loss;
+    {
+      libtorch_autocast<M> region(mgr);
+      loss = forward().sum();
+    }
+    loss.backward();
+    check_step(mgr, before, fwd, bwd);
+  }
+}
+
+// ---- the 3-layer MLP, plain or checkpointed --------------------------------------------------------
+
+enum class ckpt { plain, reentrant, same_task, per_layer_reentrant, per_layer_same_task, nested, nested_mixed };
+
+template <class M>
+struct mlp {
+  M& mgr;
+  std::vector<layer_ptr<M>> layers;
+  explicit mlp(M& m) : mgr(m), layers(make_layers(m, 3)) {}
+
+  // dropout draws from the CPU generator: a replay must see the forward's random stream
+  torch::Tensor block(std::size_t i, const torch::Tensor& x) const {
+    torch::Tensor y = layers[i]->forward(x);
+    return i + 1 < layers.size() ? torch::dropout(torch::relu(y), 0.25, true) : y;
+  }
+  vl blocks(std::size_t first, std::size_t last, const vl& in) const {
+    torch::Tensor x = in[0];
+    for (std::size_t i = first; i < last; ++i) x = block(i, x);
+    return {x};
+  }
+
+  torch::Tensor forward(ckpt mode, const torch::Tensor& x) const {
+    auto all = [this](const vl& v) { return blocks(0, 3, v); };
+    auto one = [this](std::size_t i) { return [this, i](const vl& v) { return blocks(i, i + 1, v); }; };
+    switch (mode) {
+      case ckpt::plain: return blocks(0, 3, {x})[0];
+      case ckpt::reentrant: return checkpoint(mgr, all, {x}, checkpoint_mode::reentrant, "all")[0];
+      case ckpt::same_task: return checkpoint(mgr, all, {x}, checkpoint_mode::same_task, "all")[0];
+      case ckpt::per_layer_reentrant:
+      case ckpt::per_layer_same_task: {
+        const auto m = mode == ckpt::per_layer_reentrant ? checkpoint_mode::reentrant : checkpoint_mode::same_task;
+        vl v{x};
+        for (std::size_t i = 0; i < 3; ++i) v = checkpoint(mgr, one(i), v, m, "layer" + std::to_string(i));
+        return v[0];
+      }
+      case ckpt::nested:
+      case ckpt::nested_mixed: {
+        const auto outer = mode == ckpt::nested ? checkpoint_mode::reentrant : checkpoint_mode::same_task;
+        auto body = [this, one](const vl& v) {
+          vl h = checkpoint(mgr, one(0), v, checkpoint_mode::reentrant, "inner");
+          return blocks(1, 3, h);
+        };
+        return checkpoint(mgr, body, {x}, outer, "outer")[0];
+      }
+    }
+    return {};
+  }
+};
+
+struct step_record {
+  float loss;
+  std::vector<torch::Tensor> grads;  // input, then every parameter
+  std::vector<float> scales;         // every slot of every bucket
+  std::vector<float> histories;      // TE's [L, n] layout of every bucket
+  counts after;
+};
+
+template <class M>
+std::vector<step_record> train(ckpt mode, int steps) {
+  M mgr = make_mgr<M>();
+  mlp<M> net(mgr);
+  torch::manual_seed(1234);  // the dropout stream
+  std::vector<step_record> out;
+  for (int step = 0; step < steps; ++step) {
+    torch::Tensor x = input(true, 100 + static_cast<std::uint64_t>(step));
+    for (auto& l : net.layers) l->zero_grad();
+    const counts before = snapshot_counts(mgr);
+    torch::Tensor loss;
+    {
+      libtorch_autocast<M> region(mgr);
+      loss = net.forward(mode, x).pow(2).mean();
+    }
+    loss.backward();
+    check_step(mgr, before);
+    step_record r;
+    r.loss = loss.item<float>();
+    r.grads.push_back(x.grad().clone());
+    for (auto& l : net.layers) {
+      r.grads.push_back(l->weight.grad().clone());
+      r.grads.push_back(l->bias.grad().clone());
+    }
+    for (std::uint32_t b = 0; b < mgr.bucket_count(); ++b) {
+      const auto& st = mgr.recipe_state()[b];
+      for (std::uint32_t j = 0; j < st.size(); ++j) r.scales.push_back(st.scale(j));
+      std::vector<float> h(static_cast<std::size_t>(st.history_length()) * st.size());
+      st.export_te_history(0, st.size(), h);
+      r.histories.insert(r.histories.end(), h.begin(), h.end());
+    }
+    r.after = snapshot_counts(mgr);
+    out.push_back(std::move(r));
+    torch::NoGradGuard no_grad;
+    for (auto& l : net.layers)
+      for (auto& p : l->parameters()) p.sub_(0.5 * p.grad());
+  }
+  return out;
+}
+
+}  // namespace
+
+// ---- the hooks themselves ------------------------------------------------------------------------------
+
+TEST_CASE("libtorch_hooks: in_backward follows the engine's current task; queue_callback only inside one") {
+  libtorch_hooks h;
+  CHECK_FALSE(h.in_backward());
+  int fired = 0;
+  auto bump = +[](void* c) { ++*static_cast<int*>(c); };
+  CHECK_FALSE(h.queue_callback(bump, &fired));  // libtorch would throw here; the hook says "cannot"
+  CHECK(fired == 0);
+
+  struct queuer : torch::autograd::Function<queuer> {
+    static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, int* fired) {
+      ctx->saved_data["p"] = static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(fired));
+      return x.clone();
+    }
+    static vl backward(torch::autograd::AutogradContext* ctx, vl g) {
+      int* fired = reinterpret_cast<int*>(static_cast<std::intptr_t>(ctx->saved_data["p"].toInt()));
+      libtorch_hooks hk;
+      CHECK(hk.in_backward());
+      CHECK(hk.queue_callback(+[](void* c) { *static_cast<int*>(c) += 10; }, fired));
+      CHECK(*fired == 0);  // runs after every node of the task, not now
+      return {g[0], torch::Tensor()};
+    }
+  };
+  auto x = torch::ones({2}, torch::requires_grad());
+  queuer::apply(x, &fired).sum().backward();
+  CHECK(fired == 10);
+  CHECK_FALSE(h.in_backward());
+}
+
+// ---- te-semantics §7 with engine_callback: one forward and one backward update per step ------------
+
+TEST_CASE("A: whole model in one reentrant checkpoint") {
+  cb_mgr mgr = make_mgr<cb_mgr>();
+  auto ls = make_layers(mgr, 3);
+  auto x = input();
+  run_steps(mgr, 3, [&] { return checkpoint(mgr, [&](const vl& v) { return seq_all(ls, v); }, {x})[0]; });
+}
+
+TEST_CASE("A': whole model in one same-task checkpoint") {
+  cb_mgr mgr = make_mgr<cb_mgr>();
+  auto ls = make_layers(mgr, 3);
+  auto x = input();
+  run_steps(mgr, 3, [&] {
+    return checkpoint(mgr, [&](const vl& v) { return seq_all(ls, v); }, {x}, checkpoint_mode::same_task)[0];
+  });
+}
+
+TEST_CASE("B: per-layer checkpoint segments, reentrant and same-task") {
+  for (const auto mode : {checkpoint_mode::reentrant, checkpoint_mode::same_task}) {
+    CAPTURE(static_cast<int>(mode));
+    cb_mgr mgr = make_mgr<cb_mgr>();
+    auto ls = make_layers(mgr, 3);
+    auto x = input();
+    run_steps(mgr, 3, [&] {
+      vl v{x};
+      for (std::size_t i = 0; i < 3; ++i)
+        v = checkpoint(mgr, [&, i](const vl& in) { return seq(ls, i, i + 1, in); }, v, mode);
+      return v[0];
+    });
+  }
+}
+
+TEST_CASE("C: nested checkpoints (reentrant in reentrant, reentrant in same-task)") {
+  for (const auto outer : {checkpoint_mode::reentrant, checkpoint_mode::same_task}) {
+    CAPTURE(static_cast<int>(outer));
+    cb_mgr mgr = make_mgr<cb_mgr>();
+    auto ls = make_layers(mgr, 3);
+    auto x = input();
+    run_steps(mgr, 3, [&] {
+      auto body = [&](const vl& v) {
+        vl h = checkpoint(mgr, [&](const vl& in) { return seq(ls, 0, 1, in); }, v, checkpoint_mode::reentrant, "inner");
+        return seq(ls, 1, 3, h);
+      };
+      return checkpoint(mgr, body, {x}, outer, "outer")[0];
+    });
+  }
+}
+
+TEST_CASE("D: nested autocast regions") {
+  cb_mgr mgr = make_mgr<cb_mgr>();
+  auto ls = make_layers(mgr, 2);
+  auto x = input();
+  run_steps(mgr, 3, [&] {
+    torch::Tensor y;
+    {
+      libtorch_autocast<cb_mgr> inner(mgr);
+      y = ls[0]->forward(x);
+    }
+    return ls[1]->forward(y);
+  });
+}
+
+TEST_CASE("E: an inner autocast inside a checkpoint") {
+  for (const auto mode : {checkpoint_mode::reentrant, checkpoint_mode::same_task}) {
+    CAPTURE(static_cast<int>(mode));
+    cb_mgr mgr = make_mgr<cb_mgr>();
+    auto ls = make_layers(mgr, 2);
+    auto x = input();
+    run_steps(mgr, 3, [&] {
+      auto body = [&](const vl& v) {
+        torch::Tensor h;
+        {
+          libtorch_autocast<cb_mgr> inner(mgr);
+          h = ls[0]->forward(v[0]);
+        }
+        return vl{ls[1]->forward(h)};
+      };
+      return checkpoint(mgr, body, {x}, mode)[0];
+    });
+  }
+}
+
+TEST_CASE("F / unused branch: a checkpointed branch whose output is dropped") {
+  for (const auto mode : {checkpoint_mode::reentrant, checkpoint_mode::same_task}) {
+    CAPTURE(static_cast<int>(mode));
+    cb_mgr mgr = make_mgr<cb_mgr>();
+    auto us = make_layers(mgr, 2, "U");
+    auto vs = make_layers(mgr, 2, "V");
+    auto x = input();
+    run_steps(mgr, 4, [&] {
+      torch::Tensor yu = checkpoint(mgr, [&](const vl& v) { return seq_all(us, v); }, {x}, mode, "unused")[0];
+      CHECK(mgr.stats().outstanding_snapshots == 1);  // U's frame holds its snapshot while yu lives
+      return seq_all(vs, {x})[0];  // yu (and with it U's frame) dies here: nothing leaks
+    });
+    CHECK_FALSE(us[0]->weight.grad().defined());  // U never ran backward
+    CHECK(vs[0]->weight.grad().defined());
+  }
+}
+
+TEST_CASE("G: sibling branches, plain + checkpointed and both checkpointed") {
+  for (const bool both : {false, true}) {
+    CAPTURE(both);
+    cb_mgr mgr = make_mgr<cb_mgr>();
+    auto as = make_layers(mgr, 2, "A");
+    auto bs = make_layers(mgr, 2, "B");
+    auto x = input();
+    run_steps(mgr, 3, [&] {
+      torch::Tensor ya = both ? checkpoint(mgr, [&](const vl& v) { return seq_all(as, v); }, {x})[0] : seq_all(as, {x})[0];
+      torch::Tensor yb = checkpoint(mgr, [&](const vl& v) { return seq_all(bs, v); }, {x}, checkpoint_mode::same_task)[0];
+      return ya + yb;
+    });
+    CHECK(torch::isfinite(x.grad()).all().item<bool>());
+    // every branch's grad_output cast landed before the update: both have committed amaxes
+    for (auto* l : {as[0].get(), bs[0].get()}) {
+      const slot_id g = mgr.slot(l->handle(), backward_role::grad_output);
+      CHECK(mgr.scale(g) != 1.0f);
+      CHECK(mgr.staging_amax(g) == 0.0f);
+    }
+  }
+}
+
+TEST_CASE("J: a logical backward made of several autograd calls") {
+  cb_mgr mgr = make_mgr<cb_mgr>();
+  auto ls = make_layers(mgr, 2);
+  auto x = input();
+  for (int step = 0; step < 3; ++step) {
+    const counts before = snapshot_counts(mgr);
+    torch::Tensor l0, l1;
+    {
+      libtorch_autocast<cb_mgr> region(mgr);
+      l0 = ls[0]->forward(x).sum();
+      l1 = ls[1]->forward(x).sum();
+    }
+    {
+      auto scope = mgr.backward_scope();
+      l0.backward();
+      l1.backward();
+      CHECK(mgr.stats().backward_updates == before.backward);  // nothing until the scope ends
+    }
+    check_step(mgr, before);
+  }
+  // without a scope every autograd call is its own task and flushes on its own (TE #3456 as well)
+  const counts before = snapshot_counts(mgr);
+  torch::Tensor l0, l1;
+  {
+    libtorch_autocast<cb_mgr> region(mgr);
+    l0 = ls[0]->forward(x).sum();
+    l1 = ls[1]->forward(x).sum();
+  }
+  l0.backward();
+  l1.backward();
+  check_step(mgr, before, 1, 2);
+}
+
+TEST_CASE("K: eval-mode module in a checkpoint, switched to train before backward or not") {
+  for (const auto mode : {checkpoint_mode::reentrant, checkpoint_mode::same_task}) {
+    for (const bool to_train : {false, true}) {
+      CAPTURE(static_cast<int>(mode));
+      CAPTURE(to_train);
+      cb_mgr mgr = make_mgr<cb_mgr>();
+      auto ls = make_layers(mgr, 1);
+      ls[0]->eval();
+      auto x = input();
+      const counts before = snapshot_counts(mgr);
+      torch::Tensor y = checkpoint(mgr, [&](const vl& v) {
+        libtorch_autocast<cb_mgr> region(mgr);
+        return vl{ls[0]->forward(2 * v[0])};
+      }, {x}, mode)[0];
+      // TE: the autocast inside the checkpointed callable ran under no-grad: no forward update
+      CHECK(mgr.stats().forward_updates == before.forward);
+      if (to_train) ls[0]->train();
+      y.sum().backward();
+      check_step(mgr, before, 0, 1);
+    }
+  }
+}
+
+TEST_CASE("L: checkpoints under no-grad keep nothing") {
+  cb_mgr mgr = make_mgr<cb_mgr>();
+  auto ls = make_layers(mgr, 2);
+  auto x = input(false);
+  torch::NoGradGuard no_grad;
+  for (int step = 0; step < 3; ++step) {
+    const counts before = snapshot_counts(mgr);
+    {
+      libtorch_autocast<cb_mgr> region(mgr);
+      for (const auto mode : {checkpoint_mode::reentrant, checkpoint_mode::same_task}) {
+        torch::Tensor y = checkpoint(mgr, [&](const vl& v) { return seq_all(ls, v); }, {x}, mode)[0];
+        CHECK_FALSE(y.requires_grad());
+      }
+    }
+    check_step(mgr, before, 0, 0);  // no grad: no forward update either (TE gates it on grad mode)
+  }
+}
+
+TEST_CASE("M: grad enabled but no checkpoint input needs grad: no snapshot") {
+  cb_mgr mgr = make_mgr<cb_mgr>();
+  auto ls = make_layers(mgr, 2);
+  auto x = input(false);
+  const counts before = snapshot_counts(mgr);
+  torch::Tensor y;
+  {
+    libtorch_autocast<cb_mgr> region(mgr);
+    y = checkpoint(mgr, [&](const vl& v) { return seq_all(ls, v); }, {x})[0];
+    CHECK(mgr.stats().outstanding_snapshots == 0);
+  }
+  CHECK_FALSE(y.requires_grad());
+  check_step(mgr, before, 1, 0);
+}
+
+TEST_CASE("N: an ineligible reentrant checkpoint inside an outer same-task replay keeps the replay") {
+  // The outer replay must see exactly the original forward, including the inner (inactive) frame's
+  // modules: compared bit for bit with the same graph without checkpoints.
+  auto run = [](bool checkpointed) {
+    cb_mgr mgr = make_mgr<cb_mgr>();
+    auto ls = make_layers(mgr, 2);
+    torch::manual_seed(5);
+    const torch::Tensor c = torch::randn({batch, hidden});  // needs no grad
+    std::vector<torch::Tensor> grads;
+    for (int step = 0; step < 3; ++step) {
+      auto x = input(true, 40 + static_cast<std::uint64_t>(step));
+      for (auto& l : ls) l->zero_grad();
+      const counts before = snapshot_counts(mgr);
+      auto body = [&](const vl& v) {
+        torch::Tensor a = ls[0]->forward(v[0]);
+        torch::Tensor b = checkpointed ? checkpoint(mgr, [&](const vl& w) { return vl{ls[1]->forward(w[0])}; }, {c},
+                                                    checkpoint_mode::reentrant, "inner")[0]
+                                       : ls[1]->forward(c).detach();
+        return vl{a * b};
+      };
+      torch::Tensor loss;
+      {
+        libtorch_autocast<cb_mgr> region(mgr);
+        loss = (checkpointed ? checkpoint(mgr, body, {x}, checkpoint_mode::same_task, "outer")[0] : body({x})[0]).sum();
+      }
+      loss.backward();
+      check_step(mgr, before);
+      CHECK_FALSE(ls[1]->weight.grad().defined());
+      grads.push_back(x.grad().clone());
+      grads.push_back(ls[0]->weight.grad().clone());
+      torch::NoGradGuard ng;
+      ls[0]->weight.sub_(0.5 * ls[0]->weight.grad());
+    }
+    return grads;
+  };
+  const auto plain = run(false);
+  const auto ckpt = run(true);
+  REQUIRE(plain.size() == ckpt.size());
+  for (std::size_t i = 0; i < plain.size(); ++i) CHECK(torch::equal(plain[i], ckpt[i]));
+}
+
+TEST_CASE("O: exceptions in the checkpointed forward and in the replay leave a clean state") {
+  for (const auto mode : {checkpoint_mode::reentrant, checkpoint_mode::same_task}) {
+    CAPTURE(static_cast<int>(mode));
+    cb_mgr mgr = make_mgr<cb_mgr>();
+    auto ls = make_layers(mgr, 2);
+    auto x = input();
+    // the original forward throws
+    {
+      const counts before = snapshot_counts(mgr);
+      auto throwing = [&](const vl& v) -> vl {
+        (void)ls[0]->forward(v[0]);
+        throw std::runtime_error("forward failed");
+      };
+      CHECK_THROWS_WITH_AS(
+          {
+            libtorch_autocast<cb_mgr> region(mgr);
+            (void)checkpoint(mgr, throwing, {x}, mode);
+          },
+          "forward failed", std::runtime_error);
+      check_step(mgr, before, 0, 0);
+    }
+    // the replay throws (the second call of the body)
+    {
+      const counts before = snapshot_counts(mgr);
+      int calls = 0;
+      auto second_throws = [&](const vl& v) -> vl {
+        if (++calls == 2) throw std::runtime_error("replay failed");
+        return seq_all(ls, v);
+      };
+      torch::Tensor y;
+      {
+        libtorch_autocast<cb_mgr> region(mgr);
+        y = checkpoint(mgr, second_throws, {x}, mode)[0];
+      }
+      CHECK_THROWS_WITH(y.sum().backward(), doctest::Contains("replay failed"));
+      const auto s = mgr.stats();
+      CHECK(s.checkpoint_depth == 0);
+      CHECK(s.outstanding_snapshots == 0);
+      CHECK(s.forward_updates - before.forward == 1);
+      CHECK(s.backward_updates == before.backward);
+    }
+    // recovery: the next step is an ordinary one
+    run_steps(mgr, 2, [&] { return checkpoint(mgr, [&](const vl& v) { return seq_all(ls, v); }, {x}, mode)[0]; });
+  }
+}
+
+// ---- plain versus checkpointed training, bit for bit ------------------------------------------------
+
+TEST_CASE("3-layer MLP, 4 steps, delayed scaling: checkpointed training is bit-identical to plain") {
+  const auto plain = train<cb_mgr>(ckpt::plain, 4);
+  for (const auto mode : {ckpt::reentrant, ckpt::same_task, ckpt::per_layer_reentrant, ckpt::per_layer_same_task,
+                          ckpt::nested, ckpt::nested_mixed}) {
+    CAPTURE(static_cast<int>(mode));
+    const auto run = train<cb_mgr>(mode, 4);
+    REQUIRE(run.size() == plain.size());
+    for (std::size_t s = 0; s < plain.size(); ++s) {
+      CAPTURE(s);
+      CHECK(run[s].loss == plain[s].loss);
+      REQUIRE(run[s].grads.size() == plain[s].grads.size());
+      for (std::size_t g = 0; g < plain[s].grads.size(); ++g) CHECK(torch::equal(run[s].grads[g], plain[s].grads[g]));
+      CHECK(run[s].scales == plain[s].scales);
+      CHECK(run[s].histories == plain[s].histories);
+      CHECK(run[s].after.forward == s + 1);
+      CHECK(run[s].after.backward == s + 1);
+    }
+  }
+  // the comparison can fail: scales did move and the losses differ from step to step
+  CHECK(plain.back().scales != plain.front().scales);
+  CHECK(plain[0].loss != plain[1].loss);
+}
+
+TEST_CASE("the replay really needs the forward's RNG state: a disturbed stream changes the gradients") {
+  // What the bit-identity above relies on: the same reentrant run, except that the replay sees a
+  // different random stream, gives different gradients (the dropout masks no longer match).
+  auto run = [](bool disturb) {
+    cb_mgr mgr = make_mgr<cb_mgr>();
+    mlp<cb_mgr> net(mgr);
+    auto x = input();
+    int calls = 0;
+    auto body = [&](const vl& v) {
+      if (++calls == 2 && disturb) torch::manual_seed(999);
+      return net.blocks(0, 3, v);
+    };
+    torch::manual_seed(1);
+    torch::Tensor y;
+    {
+      libtorch_autocast<cb_mgr> region(mgr);
+      y = checkpoint(mgr, body, {x})[0];
+    }
+    y.pow(2).mean().backward();
+    CHECK(calls == 2);
+    return x.grad().clone();
+  };
+  CHECK(torch::equal(run(false), run(false)));
+  CHECK_FALSE(torch::equal(run(false), run(true)));
+}
+
+// ---- every recipe through the FP8 linear layer -------------------------------------------------------
+
+TEST_CASE_TEMPLATE("every recipe trains through fp8_linear and checkpoints", R, current_scaling, mxfp8_scaling,
+                   block_scaling) {
+  using M = quantization_manager<R, hooks_boundary>;
+  M mgr{};
+  auto ls = [&] {
+    torch::manual_seed(3);
+    std::vector<layer_ptr<M>> v;
+    for (int i = 0; i < 2; ++i) v.push_back(std::make_shared<fp8_linear<M>>(mgr, "L" + std::to_string(i), 128, 128));
+    return v;
+  }();
+  torch::manual_seed(4);
+  auto x = torch::randn({128, 128}).requires_grad_(true);
+  std::vector<torch::Tensor> grads;
+  for (const bool ck : {false, true}) {
+    x.mutable_grad() = torch::Tensor();
+    torch::Tensor y;
+    {
+      libtorch_autocast<M> region(mgr);
+      y = ck ? checkpoint(mgr, [&](const vl& v) { return seq_all(ls, v); }, {x})[0] : seq_all(ls, {x})[0];
+    }
+    y.pow(2).sum().backward();
+    grads.push_back(x.grad().clone());
+    CHECK(mgr.stats().pending == false);
+    CHECK(mgr.stats().outstanding_snapshots == 0);
+  }
+  CHECK(torch::equal(grads[0], grads[1]));  // stateless: the replay recomputes the same casts
+  // the casts quantize: the FP8 result differs from float math, but not by much
+  torch::Tensor ref = x.detach();
+  for (auto& l : ls) ref = torch::addmm(l->bias, ref, l->weight.t());
+  torch::Tensor y;
+  {
+    libtorch_autocast<M> region(mgr);
+    y = seq_all(ls, {x.detach()})[0];
+  }
+  CHECK_FALSE(torch::equal(y, ref));
+  CHECK(((y - ref).abs().max() / ref.abs().max()).item<float>() < 0.15f);
+}
+
+TEST_CASE("fake_quantize: per-tensor delayed cast uses the plan's scale and records the amax") {
+  const torch::Tensor x = torch::tensor({1.0f, -3.0f, 0.3f, 500.0f}).reshape({2, 2});
+  float scale = 2.0f, amax = 1.0f;
+  const cast_plan plan{&scale, &amax, fp8_dtype::e4m3};
+  const torch::Tensor q = fake_quantize<delayed_scaling<>>(delayed_params{}, plan, x, gemm_operand::activation,
+                                                          block_axis::rowwise);
+  CHECK(amax == 500.0f);
+  const float* p = q.data_ptr<float>();
+  CHECK(p[0] == 1.0f);
+  CHECK(p[1] == -3.0f);
+  CHECK(p[2] == decode_e4m3(encode_e4m3(0.6f)) / 2.0f);
+  CHECK(p[3] == 224.0f);  // 1000 saturates to 448, / 2
+  CHECK_THROWS_AS((void)fake_quantize<delayed_scaling<>>(delayed_params{}, plan, x.to(torch::kDouble),
+                                                        gemm_operand::activation, block_axis::rowwise),
+                  tequant::error);
+  CHECK_THROWS_AS((void)fake_quantize<mxfp8_scaling>(mxfp8_params{}, cast_plan{}, x, gemm_operand::activation,
+                                                    block_axis::rowwise),
+                  tequant::error);
+}
+
+// ---- TE's old first-module ownership on the same graphs -------------------------------------------
+
+TEST_CASE("first_module_owner reproduces TE's failures on the same libtorch graphs") {
+  SUBCASE("A: every replayed module owns: three backward updates per step (too many)") {
+    owner_mgr mgr = make_mgr<owner_mgr>();
+    auto ls = make_layers(mgr, 3);
+    auto x = input();
+    run_steps(mgr, 2, [&] { return checkpoint(mgr, [&](const vl& v) { return seq_all(ls, v); }, {x})[0]; }, 1, 3);
+  }
+  SUBCASE("B: per-layer segments: one owner per segment replay") {
+    owner_mgr mgr = make_mgr<owner_mgr>();
+    auto ls = make_layers(mgr, 3);
+    auto x = input();
+    run_steps(mgr, 2, [&] {
+      vl v{x};
+      for (std::size_t i = 0; i < 3; ++i) v = checkpoint(mgr, [&, i](const vl& in) { return seq(ls, i, i + 1, in); }, v);
+      return v[0];
+    }, 1, 3);
+  }
+  SUBCASE("D: a nested autocast's exit revives consumed ownership: two updates") {
+    owner_mgr mgr = make_mgr<owner_mgr>();
+    auto ls = make_layers(mgr, 2);
+    auto x = input();
+    run_steps(mgr, 2, [&] {
+      torch::Tensor y;
+      {
+        libtorch_autocast<owner_mgr> inner(mgr);
+        y = ls[0]->forward(x);
+      }
+      return ls[1]->forward(y);
+    }, 1, 2);
+  }
+  SUBCASE("F: the owner's output is dropped: the backward update is lost (never)") {
+    owner_mgr mgr = make_mgr<owner_mgr>();
+    auto us = make_layers(mgr, 1, "U");
+    auto vs = make_layers(mgr, 2, "V");
+    auto x = input();
+    run_steps(mgr, 2, [&] {
+      (void)seq_all(us, {x});
+      return seq_all(vs, {x})[0];
+    }, 1, 0);
+    // the grad_output amaxes were recorded and never committed
+    CHECK(mgr.staging_amax(mgr.slot(vs[0]->handle(), backward_role::grad_output)) > 0.0f);
+  }
+  SUBCASE("G: both sibling branches checkpointed: every recomputed module owns") {
+    owner_mgr mgr = make_mgr<owner_mgr>();
+    auto as = make_layers(mgr, 2, "A");
+    auto bs = make_layers(mgr, 2, "B");
+    auto x = input();
+    run_steps(mgr, 2, [&] {
+      return checkpoint(mgr, [&](const vl& v) { return seq_all(as, v); }, {x})[0] +
+             checkpoint(mgr, [&](const vl& v) { return seq_all(bs, v); }, {x})[0];
+    }, 1, 4);
+  }
+  SUBCASE("the same graph without checkpoints is fine under the old rule too") {
+    owner_mgr mgr = make_mgr<owner_mgr>();
+    auto ls = make_layers(mgr, 3);
+    auto x = input();
+    run_steps(mgr, 2, [&] { return seq_all(ls, {x})[0]; });
+  }
+}
