@@ -1,0 +1,119 @@
+// SPDX-License-Identifier: Apache-2.0
+// Host quantizers on 64 MiB inputs beside memcpy. bytes_per_second = bytes read + bytes written.
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "tequant/backend/host.hpp"
+
+namespace {
+
+constexpr std::size_t input_bytes = std::size_t{64} << 20;
+
+template <class T>
+std::vector<T> make_input(std::size_t n) {
+  std::vector<T> v(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const float f = std::sin(static_cast<float>(i) * 0.001f) * 100.0f;
+    if constexpr (std::is_same_v<T, float>) v[i] = f;
+    else v[i] = tequant::to_bf16(f);
+  }
+  return v;
+}
+
+void bm_memcpy(benchmark::State& st) {
+  std::vector<std::uint8_t> src(input_bytes, 1), dst(input_bytes);
+  for (auto _ : st) {
+    std::memcpy(dst.data(), src.data(), input_bytes);
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+  }
+  st.SetBytesProcessed(static_cast<std::int64_t>(st.iterations() * 2 * input_bytes));
+}
+
+template <class T, tequant::fp8_dtype D>
+void bm_delayed(benchmark::State& st) {
+  const std::size_t n = input_bytes / sizeof(T);
+  const auto x = make_input<T>(n);
+  std::vector<std::uint8_t> q(n);
+  tequant::host_backend b;
+  float scale = 2.0f, scale_inv = 0, amax = 0;
+  for (auto _ : st) {
+    b.quantize_tensor(x.data(), n, &scale, D, q.data(), &scale_inv, &amax);
+    benchmark::DoNotOptimize(q.data());
+    benchmark::ClobberMemory();
+  }
+  st.SetBytesProcessed(static_cast<std::int64_t>(st.iterations() * n * (sizeof(T) + 1)));
+}
+
+template <class T, tequant::fp8_dtype D>
+void bm_current(benchmark::State& st) {
+  const std::size_t n = input_bytes / sizeof(T);
+  const auto x = make_input<T>(n);
+  std::vector<std::uint8_t> q(n);
+  tequant::host_backend b;
+  float scale_inv = 0;
+  for (auto _ : st) {
+    b.quantize_current(x.data(), n, D, false, 0.0f, q.data(), &scale_inv);
+    benchmark::DoNotOptimize(q.data());
+    benchmark::ClobberMemory();
+  }
+  // Two passes read x twice: counted as moved bytes (read + read + write).
+  st.SetBytesProcessed(static_cast<std::int64_t>(st.iterations() * n * (2 * sizeof(T) + 1)));
+}
+
+template <class T, tequant::fp8_dtype D, bool Columnwise>
+void bm_mxfp8(benchmark::State& st) {
+  const std::size_t K = 4096, M = input_bytes / sizeof(T) / K, n = M * K;
+  const auto x = make_input<T>(n);
+  std::vector<std::uint8_t> q(n), s(Columnwise ? tequant::mxfp8_columnwise_scale_shape(M, K).size()
+                                               : tequant::mxfp8_rowwise_scale_shape(M, K).size());
+  tequant::host_backend b;
+  const tequant::mxfp8_output o = Columnwise ? tequant::mxfp8_output{{}, {}, q, s} : tequant::mxfp8_output{q, s, {}, {}};
+  for (auto _ : st) {
+    b.quantize_mxfp8(tequant::matrix_view<const T>{x.data(), M, K}, D, false, o);
+    benchmark::DoNotOptimize(q.data());
+    benchmark::ClobberMemory();
+  }
+  st.SetBytesProcessed(static_cast<std::int64_t>(st.iterations() * (n * (sizeof(T) + 1) + s.size())));
+}
+
+template <class T, tequant::fp8_dtype D, bool Tile2d>
+void bm_block(benchmark::State& st) {
+  const std::size_t K = 4096, M = input_bytes / sizeof(T) / K, n = M * K;
+  const auto x = make_input<T>(n);
+  std::vector<std::uint8_t> q(n);
+  std::vector<float> s(Tile2d ? tequant::block_2d_rowwise_scale_shape(M, K).size() : tequant::block_1d_rowwise_scale_shape(M, K).size());
+  tequant::host_backend b;
+  for (auto _ : st) {
+    b.quantize_block(tequant::matrix_view<const T>{x.data(), M, K}, D, Tile2d, true, 0.0f, tequant::block_output{q, s, {}, {}});
+    benchmark::DoNotOptimize(q.data());
+    benchmark::ClobberMemory();
+  }
+  st.SetBytesProcessed(static_cast<std::int64_t>(st.iterations() * (n * (sizeof(T) + 1) + s.size() * 4)));
+}
+
+using tequant::bf16;
+using tequant::fp8_dtype;
+
+}  // namespace
+
+BENCHMARK(bm_memcpy)->Name("memcpy/64MiB")->Unit(benchmark::kMillisecond);
+BENCHMARK(bm_delayed<float, fp8_dtype::e4m3>)->Name("delayed/fp32/e4m3")->Unit(benchmark::kMillisecond);
+BENCHMARK(bm_delayed<float, fp8_dtype::e5m2>)->Name("delayed/fp32/e5m2")->Unit(benchmark::kMillisecond);
+BENCHMARK(bm_delayed<bf16, fp8_dtype::e4m3>)->Name("delayed/bf16/e4m3")->Unit(benchmark::kMillisecond);
+BENCHMARK(bm_current<float, fp8_dtype::e4m3>)->Name("current/fp32/e4m3")->Unit(benchmark::kMillisecond);
+BENCHMARK(bm_current<bf16, fp8_dtype::e4m3>)->Name("current/bf16/e4m3")->Unit(benchmark::kMillisecond);
+BENCHMARK(bm_mxfp8<float, fp8_dtype::e4m3, false>)->Name("mxfp8_rowwise/fp32/e4m3")->Unit(benchmark::kMillisecond);
+BENCHMARK(bm_mxfp8<bf16, fp8_dtype::e4m3, false>)->Name("mxfp8_rowwise/bf16/e4m3")->Unit(benchmark::kMillisecond);
+BENCHMARK(bm_mxfp8<float, fp8_dtype::e4m3, true>)->Name("mxfp8_columnwise/fp32/e4m3")->Unit(benchmark::kMillisecond);
+BENCHMARK(bm_mxfp8<bf16, fp8_dtype::e4m3, true>)->Name("mxfp8_columnwise/bf16/e4m3")->Unit(benchmark::kMillisecond);
+BENCHMARK(bm_block<float, fp8_dtype::e4m3, false>)->Name("block_1x128/fp32/e4m3")->Unit(benchmark::kMillisecond);
+BENCHMARK(bm_block<bf16, fp8_dtype::e4m3, false>)->Name("block_1x128/bf16/e4m3")->Unit(benchmark::kMillisecond);
+BENCHMARK(bm_block<float, fp8_dtype::e4m3, true>)->Name("block_128x128/fp32/e4m3")->Unit(benchmark::kMillisecond);
+BENCHMARK(bm_block<bf16, fp8_dtype::e4m3, true>)->Name("block_128x128/bf16/e4m3")->Unit(benchmark::kMillisecond);
+
+BENCHMARK_MAIN();
