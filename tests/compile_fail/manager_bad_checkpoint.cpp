@@ -1,0 +1,12 @@
+// SPDX-License-Identifier: Apache-2.0
+// Must not compile: a recipe in the checkpoint slot.
+#include "tequant/boundary/autocast_entry.hpp"
+#include "tequant/boundary/engine_callback.hpp"
+#include "tequant/checkpoint/no_recompute.hpp"
+#include "tequant/manager.hpp"
+#include "tequant/recipe/delayed.hpp"
+
+int main() {
+  return static_cast<int>(sizeof(
+      tequant::quantization_manager<tequant::delayed_scaling<>, tequant::autocast_entry, tequant::delayed_scaling<>>));
+}

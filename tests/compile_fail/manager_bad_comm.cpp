@@ -1,0 +1,16 @@
+// SPDX-License-Identifier: Apache-2.0
+// Must not compile: a communicator without all_reduce_max.
+#include "tequant/boundary/autocast_entry.hpp"
+#include "tequant/boundary/engine_callback.hpp"
+#include "tequant/checkpoint/no_recompute.hpp"
+#include "tequant/manager.hpp"
+#include "tequant/recipe/delayed.hpp"
+
+struct half_comm {
+  using policy_kind = tequant::comm_kind;
+  std::uint32_t rank() const { return 0; }
+};
+int main() {
+  return static_cast<int>(sizeof(tequant::quantization_manager<tequant::delayed_scaling<>, tequant::autocast_entry,
+                                                               tequant::stacked_recompute, half_comm>));
+}

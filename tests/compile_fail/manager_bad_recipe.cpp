@@ -1,0 +1,12 @@
+// SPDX-License-Identifier: Apache-2.0
+// Must not compile: a recipe that does not opt in.
+#include "tequant/boundary/autocast_entry.hpp"
+#include "tequant/boundary/engine_callback.hpp"
+#include "tequant/checkpoint/no_recompute.hpp"
+#include "tequant/manager.hpp"
+#include "tequant/recipe/delayed.hpp"
+
+struct not_a_recipe {
+  struct params_type {};
+};
+int main() { return static_cast<int>(sizeof(tequant::quantization_manager<not_a_recipe, tequant::autocast_entry>)); }
