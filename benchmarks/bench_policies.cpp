@@ -1,0 +1,515 @@
+// SPDX-License-Identifier: Apache-2.0
+// What each policy combination costs on a synthetic transformer-like training step (issue 9).
+//
+// One step = forward of N layers (one module each: 3 forward GEMM slots input/weight/output) inside
+// one autocast region, then a backward in reverse order (2 backward slots grad_output/grad_input per
+// layer, then a request). With stacked_recompute every layer is its own checkpoint: the forward opens
+// a frame per layer and the backward replays the layer (3 forward casts with the snapshot scales,
+// inside an autocast region, as TE's checkpoint does) before its backward casts.
+//
+// Variants per combination:
+//   kernels     the host quantize kernels run on a 64x256 fp32 tensor per cast (what a user pays);
+//   no_kernels  only the bookkeeping: plan_cast, and for delayed scaling one max-accumulate of a
+//               synthetic amax into the staging slot (what the kernel would record), so that updates
+//               do real work.
+// Baselines in the same binary (same casts, same tensors):
+//   floor       hand-written, no manager: direct pointers into the recipe state, a plain array of
+//               snapshot scales, a bool for "pending", direct update calls;
+//   te_style    TE's bookkeeping re-implemented in C++ (te_style_baseline.hpp).
+// Counters: snap_heap_B (heap growth over the forward of a steady-state step: memory held for the
+// recompute), snap_payload_B (snapshot scales / stashes counted from the state), snapshots (outstanding
+// at the end of the forward), fwd_upd / bwd_upd (updates per step, checked), first_step_us (includes
+// registration).
+#include <benchmark/benchmark.h>
+#include <malloc.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <deque>
+#include <new>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "te_style_baseline.hpp"
+#include "tequant/backend/host.hpp"
+#include "tequant/backend/layouts.hpp"
+#include "tequant/boundary/autocast_entry.hpp"
+#include "tequant/boundary/engine_callback.hpp"
+#include "tequant/boundary/explicit_scope.hpp"
+#include "tequant/checkpoint/frame.hpp"
+#include "tequant/checkpoint/no_recompute.hpp"
+#include "tequant/checkpoint/stacked_recompute.hpp"
+#include "tequant/manager.hpp"
+#include "tequant/recipe/block.hpp"
+#include "tequant/recipe/current.hpp"
+#include "tequant/recipe/delayed.hpp"
+#include "tequant/recipe/mxfp8.hpp"
+
+// ---- heap accounting (only while a probe tracks; the timed loops never track) ------------------------
+namespace {
+bool g_track = false;
+std::int64_t g_live = 0;
+
+void* counted_alloc(std::size_t n) {
+  void* p = std::malloc(n == 0 ? 1 : n);
+  if (p == nullptr) throw std::bad_alloc();
+  if (g_track) g_live += static_cast<std::int64_t>(malloc_usable_size(p));
+  return p;
+}
+void counted_free(void* p) noexcept {
+  if (p != nullptr && g_track) g_live -= static_cast<std::int64_t>(malloc_usable_size(p));
+  std::free(p);
+}
+}  // namespace
+
+void* operator new(std::size_t n) { return counted_alloc(n); }
+void* operator new[](std::size_t n) { return counted_alloc(n); }
+void operator delete(void* p) noexcept { counted_free(p); }
+void operator delete[](void* p) noexcept { counted_free(p); }
+void operator delete(void* p, std::size_t) noexcept { counted_free(p); }
+void operator delete[](void* p, std::size_t) noexcept { counted_free(p); }
+
+namespace {
+
+using namespace tequant;
+
+constexpr std::size_t rows = 64, cols = 256, elems = rows * cols;
+constexpr std::uint32_t history_length = 1024;
+
+enum class recompute { none, stacked };
+
+/// What a measured step reports at the end of its forward (all snapshots outstanding).
+struct probe {
+  std::int64_t heap_growth = 0;
+  std::size_t payload = 0, snapshots = 0;
+  void begin() noexcept {
+    g_live = 0;
+    g_track = true;
+  }
+  void end(std::size_t payload_bytes, std::size_t outstanding) noexcept {
+    g_track = false;
+    heap_growth = g_live;
+    payload = payload_bytes;
+    snapshots = outstanding;
+  }
+};
+
+/// The amax a cast would record (no_kernels): varies with step, layer and role so that the delayed
+/// window sees changing values.
+inline float synthetic_amax(std::uint32_t step, std::uint32_t layer, int role) noexcept {
+  return 1.0f + static_cast<float>((step * 31u + layer * 7u + static_cast<std::uint32_t>(role)) % 17u) * 0.125f;
+}
+
+// ---- the casts: one tensor per role (5 roles), shared by every layer -----------------------------------
+
+template <class R>
+struct caster {
+  typename R::params_type params{};
+  host_backend backend{};
+  std::array<std::vector<float>, 5> x;  // roles: 0 input, 1 weight, 2 output, 3 grad_output, 4 grad_input
+  std::vector<std::uint8_t> data = std::vector<std::uint8_t>(elems);
+  std::vector<std::uint8_t> e8m0 = std::vector<std::uint8_t>(mxfp8_rowwise_scale_shape(rows, cols).size());
+  std::vector<float> block_1d = std::vector<float>(block_1d_rowwise_scale_shape(rows, cols).size());
+  std::vector<float> block_2d = std::vector<float>(block_2d_rowwise_scale_shape(rows, cols).size());
+  float scale_inv = 0.0f;
+  bool kernels;
+
+  explicit caster(bool with_kernels) : kernels(with_kernels) {
+    std::uint32_t s = 12345u;
+    for (int r = 0; r < 5; ++r) {
+      x[static_cast<std::size_t>(r)].resize(elems);
+      for (float& v : x[static_cast<std::size_t>(r)]) {
+        s = s * 1664525u + 1013904223u;
+        v = (static_cast<float>(s >> 8) / 16777216.0f - 0.5f) * static_cast<float>(1 << r);
+      }
+    }
+  }
+
+  void operator()(cast_plan plan, int role, float amax) {
+    if (!kernels) {
+      if constexpr (R::is_stateful) {
+        if (plan.amax != nullptr) backend.max_accumulate(plan.amax, amax);
+      }
+      benchmark::DoNotOptimize(plan);
+      return;
+    }
+    const float* in = x[static_cast<std::size_t>(role)].data();
+    if constexpr (std::is_same_v<R, delayed_scaling<>>) {
+      backend.quantize_tensor(in, elems, plan.scale, plan.dtype, data.data(), &scale_inv, plan.amax);
+    } else if constexpr (std::is_same_v<R, current_scaling>) {
+      backend.quantize_current(in, elems, plan.dtype, params.power_2_scale, params.amax_epsilon, data.data(), &scale_inv);
+    } else if constexpr (std::is_same_v<R, mxfp8_scaling>) {
+      backend.quantize_mxfp8(matrix_view<const float>{in, rows, cols}, plan.dtype, role == 1 && params.weight_2d,
+                             mxfp8_output{data, e8m0, {}, {}});
+    } else {
+      const bool tile_2d = role == 1;  // 128x128 for weights, 1x128 otherwise
+      backend.quantize_block(matrix_view<const float>{in, rows, cols}, plan.dtype, tile_2d, params.power_2_scale,
+                             params.amax_epsilon,
+                             block_output{data, tile_2d ? std::span<float>(block_2d) : std::span<float>(block_1d), {}, {}});
+    }
+    benchmark::ClobberMemory();
+  }
+};
+
+template <class R>
+constexpr const char* recipe_name() {
+  if constexpr (std::is_same_v<R, delayed_scaling<>>) return "delayed";
+  else if constexpr (std::is_same_v<R, current_scaling>) return "current";
+  else if constexpr (std::is_same_v<R, mxfp8_scaling>) return "mxfp8";
+  else return "block";
+}
+
+template <class R>
+typename R::params_type bench_params() {
+  typename R::params_type p{};
+  if constexpr (R::is_stateful) p.history_length = history_length;
+  return p;
+}
+
+// ---- engine_callback: a trivial engine whose one task queues callbacks into a vector -------------------
+
+struct bench_engine {
+  bool in_task = false;
+  std::vector<std::pair<void (*)(void*), void*>> queued;
+  void begin_task() noexcept { in_task = true; }
+  void end_task() {
+    in_task = false;
+    for (std::size_t i = 0; i < queued.size(); ++i) queued[i].first(queued[i].second);
+    queued.clear();
+  }
+};
+
+struct bench_hooks {
+  bench_engine* engine = nullptr;
+  bool in_backward() const noexcept { return engine != nullptr && engine->in_task; }
+  bool queue_callback(void (*fn)(void*), void* ctx) {
+    if (!in_backward()) return false;
+    engine->queued.emplace_back(fn, ctx);
+    return true;
+  }
+};
+
+struct engine_b {
+  using type = engine_callback<bench_hooks>;
+  static constexpr const char* name = "engine";
+  static type make(bench_engine* e) { return type(bench_hooks{e}); }
+};
+struct autocast_b {
+  using type = autocast_entry;
+  static constexpr const char* name = "autocast";
+  static type make(bench_engine*) { return {}; }
+};
+struct scope_b {
+  using type = explicit_scope;
+  static constexpr const char* name = "scope";
+  static type make(bench_engine*) { return {}; }
+};
+
+constexpr const char* recompute_name(recompute c) { return c == recompute::stacked ? "stacked" : "none"; }
+
+// ---- the step through the manager ------------------------------------------------------------------
+
+template <class R, class B, recompute C>
+class manager_step {
+  using checkpoint_t = std::conditional_t<C == recompute::stacked, stacked_recompute, no_recompute>;
+  using manager_t = quantization_manager<R, typename B::type, checkpoint_t>;
+
+ public:
+  manager_step(std::uint32_t layers, bool kernels)
+      : n_(layers), m_(bench_params<R>(), B::make(&engine_)), cast_(kernels) {
+    for (std::uint32_t i = 0; i < n_; ++i) frames_.emplace_back("layer" + std::to_string(i));
+  }
+
+  void step(probe* p) {
+    if (p) p->begin();
+    {
+      auto region = m_.autocast();
+      if (!registered_) register_modules();  // first step only
+      for (std::uint32_t i = 0; i < n_; ++i) {
+        if constexpr (C == recompute::stacked) {
+          auto frame = m_.checkpoint_forward(frames_[i]);
+          forward_layer(i);
+        } else {
+          forward_layer(i);
+        }
+      }
+    }  // forward update
+    if (p) p->end(snapshot_payload(), m_.stats().outstanding_snapshots);
+    engine_.begin_task();
+    if constexpr (std::is_same_v<B, scope_b>) {
+      auto scope = m_.backward_scope();
+      backward_layers();
+    } else {
+      backward_layers();
+    }
+    engine_.end_task();  // engine_callback flushes here; autocast_entry at the next step's entry
+    ++step_;
+  }
+
+  std::uint64_t forward_updates() const { return m_.stats().forward_updates; }
+  std::uint64_t backward_updates() const { return m_.stats().backward_updates; }
+
+ private:
+  void register_modules() {
+    for (std::uint32_t i = 0; i < n_; ++i) {
+      const module_handle h = m_.register_module("layer" + std::to_string(i), 1);
+      mods_.push_back(h);
+      for (auto r : {forward_role::input, forward_role::weight, forward_role::output}) fwd_.push_back(m_.slot(h, r));
+      for (auto r : {backward_role::grad_output, backward_role::grad_input}) bwd_.push_back(m_.slot(h, r));
+    }
+    registered_ = true;
+  }
+
+  void forward_layer(std::uint32_t i) {
+    (void)m_.module_forward(mods_[i]);
+    for (int r = 0; r < 3; ++r) cast_(m_.plan_cast(fwd_[3 * i + static_cast<std::uint32_t>(r)]), r, synthetic_amax(step_, i, r));
+  }
+
+  void backward_layers() {
+    for (std::uint32_t i = n_; i-- > 0;) {
+      if constexpr (C == recompute::stacked) {
+        auto replay = m_.checkpoint_replay(frames_[i]);
+        auto region = m_.autocast();
+        forward_layer(i);
+      }
+      for (int r = 0; r < 2; ++r)
+        cast_(m_.plan_cast(bwd_[2 * i + static_cast<std::uint32_t>(r)]), 3 + r, synthetic_amax(step_, i, 3 + r));
+      m_.request_backward_update();
+    }
+  }
+
+  std::size_t snapshot_payload() const {
+    std::size_t b = 0;
+    for (const auto& f : frames_) b += f.snapshot_slots() * sizeof(float);
+    return b;
+  }
+
+  std::uint32_t n_;
+  bench_engine engine_;
+  manager_t m_;
+  caster<R> cast_;
+  std::deque<checkpoint_frame> frames_;
+  std::vector<module_handle> mods_;
+  std::vector<slot_id> fwd_, bwd_;
+  bool registered_ = false;
+  std::uint32_t step_ = 0;
+};
+
+// ---- the floor: the same casts and updates, hand-written ---------------------------------------------
+
+template <class R, recompute C>
+class floor_step {
+ public:
+  floor_step(std::uint32_t layers, bool kernels) : n_(layers), cast_(kernels) {}
+
+  void step(probe* p) {
+    if (p) p->begin();
+    if (!registered_) register_slots();
+    const fp8_dtype dtf = R::dtype(params_, direction::forward), dtb = R::dtype(params_, direction::backward);
+    for (std::uint32_t i = 0; i < n_; ++i)
+      for (std::uint32_t r = 0; r < 3; ++r) {
+        const std::uint32_t k = 3 * i + r;
+        cast_plan plan{nullptr, nullptr, dtf};
+        if constexpr (R::is_stateful) {
+          plan = {fwd_.scale_data() + k, fwd_.staging().data() + k, dtf};
+          if constexpr (C == recompute::stacked) snap_[k] = *plan.scale;
+        }
+        cast_(plan, static_cast<int>(r), synthetic_amax(step_, i, static_cast<int>(r)));
+      }
+    if constexpr (R::is_stateful) fwd_.update(typename R::algo_type{}, R::update_args(params_, direction::forward));
+    if (p) p->end(C == recompute::stacked && R::is_stateful ? snap_.size() * sizeof(float) : 0, 0);
+    for (std::uint32_t i = n_; i-- > 0;) {
+      if constexpr (C == recompute::stacked) {
+        for (std::uint32_t r = 0; r < 3; ++r) {
+          cast_plan plan{nullptr, nullptr, dtf};
+          if constexpr (R::is_stateful) plan.scale = &snap_[3 * i + r];
+          cast_(plan, static_cast<int>(r), 0.0f);
+        }
+      }
+      for (std::uint32_t r = 0; r < 2; ++r) {
+        const std::uint32_t k = 2 * i + r;
+        cast_plan plan{nullptr, nullptr, dtb};
+        if constexpr (R::is_stateful) plan = {bwd_.scale_data() + k, bwd_.staging().data() + k, dtb};
+        cast_(plan, 3 + static_cast<int>(r), synthetic_amax(step_, i, 3 + static_cast<int>(r)));
+      }
+      pending_ = true;
+    }
+    if constexpr (R::is_stateful) {
+      if (pending_) {
+        bwd_.update(typename R::algo_type{}, R::update_args(params_, direction::backward));
+        ++bwd_updates_;
+      }
+      ++fwd_updates_;
+    }
+    pending_ = false;
+    ++step_;
+  }
+
+  std::uint64_t forward_updates() const { return fwd_updates_; }
+  std::uint64_t backward_updates() const { return bwd_updates_; }
+
+ private:
+  struct no_state {
+    explicit no_state(std::uint32_t) {}
+  };
+  using state_t = std::conditional_t<R::is_stateful, delayed_bucket<host_backend>, no_state>;
+
+  void register_slots() {
+    if constexpr (R::is_stateful) {
+      for (std::uint32_t k = 0; k < 3 * n_; ++k) (void)fwd_.add_slot();
+      for (std::uint32_t k = 0; k < 2 * n_; ++k) (void)bwd_.add_slot();
+      snap_.assign(3 * n_, 0.0f);
+    }
+    registered_ = true;
+  }
+
+  std::uint32_t n_;
+  typename R::params_type params_ = bench_params<R>();
+  caster<R> cast_;
+  state_t fwd_{history_length}, bwd_{history_length};
+  std::vector<float> snap_;
+  bool registered_ = false, pending_ = false;
+  std::uint32_t step_ = 0;
+  std::uint64_t fwd_updates_ = 0, bwd_updates_ = 0;
+};
+
+// ---- TE's bookkeeping ------------------------------------------------------------------------------
+
+template <class R, recompute C>
+class te_step {
+  static float scaled_max(direction d) {
+    if constexpr (R::is_stateful) return R::update_args(bench_params<R>(), d).scaled_max;
+    else return 0.0f;
+  }
+
+ public:
+  te_step(std::uint32_t layers, bool kernels)
+      : n_(layers), st_(history_length, scaled_max(direction::forward), scaled_max(direction::backward), R::is_stateful),
+        cast_(kernels) {
+    for (std::uint32_t i = 0; i < n_; ++i) (void)st_.add_module("layer" + std::to_string(i), 1);
+  }
+
+  void step(probe* p) {
+    if (p) p->begin();
+    const fp8_dtype dtf = R::dtype(params_, direction::forward), dtb = R::dtype(params_, direction::backward);
+    const auto snap = st_.autocast_enter();
+    for (std::uint32_t i = 0; i < n_; ++i) {
+      if constexpr (C == recompute::stacked) st_.set_recompute(true, false);
+      forward_layer(i, dtf);
+      if constexpr (C == recompute::stacked) st_.set_recompute(false, false);
+    }
+    st_.autocast_exit(snap, true);
+    if (p) p->end(st_.stash_bytes(), st_.outstanding_stashes());
+    for (std::uint32_t i = n_; i-- > 0;) {
+      if constexpr (C == recompute::stacked) {
+        st_.set_recompute(true, true);
+        const auto rs = st_.autocast_enter();
+        forward_layer(i, dtf);
+        st_.autocast_exit(rs, true);
+        st_.set_recompute(false, false);
+      }
+      auto& m = st_.module(i);
+      for (std::uint32_t r = 0; r < 2; ++r) {
+        cast_plan plan{nullptr, nullptr, dtb};
+        if constexpr (R::is_stateful) plan = {m.bwd.scale.data() + r, m.bwd.staging(r), dtb};
+        cast_(plan, 3 + static_cast<int>(r), synthetic_amax(step_, i, 3 + static_cast<int>(r)));
+      }
+      st_.end_backward(i);  // the owner (layer 0, last in backward) runs the backward update
+    }
+    ++step_;
+  }
+
+  std::uint64_t forward_updates() const { return st_.updates(direction::forward); }
+  std::uint64_t backward_updates() const { return st_.updates(direction::backward); }
+
+ private:
+  void forward_layer(std::uint32_t i, fp8_dtype dt) {
+    st_.prepare_forward(i);
+    auto& m = st_.module(i);
+    for (std::uint32_t r = 0; r < 3; ++r) {
+      cast_plan plan{nullptr, nullptr, dt};
+      if constexpr (R::is_stateful) plan = {m.fwd.scale.data() + r, m.fwd.staging(r), dt};
+      cast_(plan, static_cast<int>(r), synthetic_amax(step_, i, static_cast<int>(r)));
+    }
+    st_.end_forward(i);
+  }
+
+  std::uint32_t n_;
+  typename R::params_type params_ = bench_params<R>();
+  te_style::state_manager st_;
+  caster<R> cast_;
+  std::uint32_t step_ = 0;
+};
+
+// ---- running one case ------------------------------------------------------------------------------
+
+template <class Step>
+void run_case(benchmark::State& state, std::uint32_t layers, bool kernels) {
+  Step s(layers, kernels);
+  const auto t0 = std::chrono::steady_clock::now();
+  s.step(nullptr);  // registration happens here
+  const auto t1 = std::chrono::steady_clock::now();
+  s.step(nullptr);
+  probe p;
+  s.step(&p);
+  const std::uint64_t f0 = s.forward_updates(), b0 = s.backward_updates();
+  for (auto _ : state) s.step(nullptr);
+  const double iters = static_cast<double>(state.iterations());
+  state.counters["snap_heap_B"] = static_cast<double>(p.heap_growth);
+  state.counters["snap_payload_B"] = static_cast<double>(p.payload);
+  state.counters["snapshots"] = static_cast<double>(p.snapshots);
+  state.counters["fwd_upd"] = static_cast<double>(s.forward_updates() - f0) / iters;
+  state.counters["bwd_upd"] = static_cast<double>(s.backward_updates() - b0) / iters;
+  state.counters["first_step_us"] = std::chrono::duration<double, std::micro>(t1 - t0).count();
+  state.counters["layers"] = layers;
+}
+
+double min_of(const std::vector<double>& v) { return v.empty() ? 0.0 : *std::min_element(v.begin(), v.end()); }
+
+template <class Step>
+void add(const std::string& name, std::uint32_t layers, bool kernels) {
+  benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) { run_case<Step>(st, layers, kernels); })
+      ->Unit(benchmark::kMicrosecond)
+      ->ComputeStatistics("min", min_of);
+}
+
+template <class R, recompute C>
+void add_recipe_checkpoint() {
+  for (const std::uint32_t layers : {12u, 96u})
+    for (const bool kernels : {true, false}) {
+      const std::string tail = std::string("/") + recompute_name(C) + "/N" + std::to_string(layers) +
+                               (kernels ? "/kernels" : "/no_kernels");
+      const std::string head = recipe_name<R>();
+      add<floor_step<R, C>>(head + "/floor" + tail, layers, kernels);
+      add<te_step<R, C>>(head + "/te_style" + tail, layers, kernels);
+      add<manager_step<R, engine_b, C>>(head + "/" + engine_b::name + tail, layers, kernels);
+      add<manager_step<R, autocast_b, C>>(head + "/" + autocast_b::name + tail, layers, kernels);
+      add<manager_step<R, scope_b, C>>(head + "/" + scope_b::name + tail, layers, kernels);
+    }
+}
+
+template <class R>
+void add_recipe() {
+  add_recipe_checkpoint<R, recompute::none>();
+  add_recipe_checkpoint<R, recompute::stacked>();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  add_recipe<delayed_scaling<>>();
+  add_recipe<current_scaling>();
+  add_recipe<mxfp8_scaling>();
+  add_recipe<block_scaling>();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
