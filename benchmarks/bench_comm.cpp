@@ -1,0 +1,136 @@
+// SPDX-License-Identifier: Apache-2.0
+// Distributed amax reduction: one backward update of 1000 delayed-scaling slots through the manager
+// with mpi_comm, beside one raw MPI_Allreduce(MPI_MAX) of the same 1000 floats. Run under mpirun;
+// only rank 0 reports. Every benchmark has a fixed iteration count, because each iteration is a
+// collective and Google Benchmark's adaptive count would differ between ranks (and hang).
+//   mpirun --allow-run-as-root --oversubscribe -np 2 ./bench_comm --benchmark_out=bench_comm_np2.json
+#include <benchmark/benchmark.h>
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "tequant/boundary/explicit_scope.hpp"
+#include "tequant/checkpoint/stacked_recompute.hpp"
+#include "tequant/comm/mpi.hpp"
+#include "tequant/comm/single_process.hpp"
+#include "tequant/manager.hpp"
+#include "tequant/recipe/delayed.hpp"
+
+namespace {
+
+constexpr std::uint32_t slots = 1000;  // 500 modules x 2 backward slots
+constexpr int iterations = 20000;
+
+template <class Comm>
+using manager_t = tequant::quantization_manager<tequant::delayed_scaling<>, tequant::explicit_scope,
+                                                tequant::stacked_recompute, Comm>;
+
+/// Rank-dependent amaxes so the reduction has real work; refreshed before every update (an update
+/// resets the staging amaxes, and a zero amax would take TE's cheap "untouched" path).
+std::vector<float> source_amaxes() {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::vector<float> v(slots);
+  for (std::uint32_t i = 0; i < slots; ++i) v[i] = 1.0f + static_cast<float>((i * 7919u + static_cast<unsigned>(rank) * 104729u) % 1000u);
+  return v;
+}
+
+/// range(0): layout check on/off (mpi_comm only); range(1): history length.
+template <class Comm>
+void bm_manager_update(benchmark::State& state) {
+  tequant::delayed_params p;  // TE defaults (history 1024, reduce_amax) unless range(1) says otherwise
+  p.history_length = static_cast<std::uint32_t>(state.range(1));
+  std::unique_ptr<manager_t<Comm>> m;
+  if constexpr (std::is_same_v<Comm, tequant::mpi_comm>)
+    m = std::make_unique<manager_t<Comm>>(p, tequant::explicit_scope{},
+                                          tequant::mpi_comm(MPI_COMM_WORLD, {state.range(0) != 0}));
+  else
+    m = std::make_unique<manager_t<Comm>>(p);
+  for (std::uint32_t i = 0; i < slots / 2; ++i) (void)m->register_module("linear" + std::to_string(i));
+  const std::vector<float> src = source_amaxes();
+  std::uint32_t bwd = 0;
+  while (m->bucket(bwd).dir != tequant::direction::backward) ++bwd;
+  const std::span<float> staging = m->recipe_state()[bwd].staging();
+  const auto c0 = m->stats().collectives;
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (auto _ : state) {
+    std::copy(src.begin(), src.end(), staging.begin());  // what the backward casts would record
+    auto scope = m->backward_scope();                    // exit = flush: all-reduce + fused update
+  }
+  state.counters["collectives_per_step"] =
+      static_cast<double>(m->stats().collectives - c0) / static_cast<double>(state.iterations());
+  state.counters["slots"] = slots;
+}
+
+void bm_raw_allreduce(benchmark::State& state) {
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  const std::vector<float> src = source_amaxes();
+  std::vector<float> buf(slots);
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (auto _ : state) {
+    std::copy(src.begin(), src.end(), buf.begin());
+    MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(slots), MPI_FLOAT, MPI_MAX, comm);
+    benchmark::DoNotOptimize(buf.data());
+  }
+  state.counters["collectives_per_step"] = 1;
+  state.counters["slots"] = slots;
+  MPI_Comm_free(&comm);
+}
+
+/// mpi_comm::all_reduce_max alone (key encode + MPI_Allreduce on uint32 + decode): what the comm adds.
+void bm_mpi_comm_all_reduce_max(benchmark::State& state) {
+  tequant::mpi_comm comm;
+  const std::vector<float> src = source_amaxes();
+  std::vector<float> buf(slots);
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (auto _ : state) {
+    std::copy(src.begin(), src.end(), buf.begin());
+    comm.all_reduce_max(buf.data(), slots, 0);
+    benchmark::DoNotOptimize(buf.data());
+  }
+  state.counters["collectives_per_step"] = 1;
+  state.counters["slots"] = slots;
+}
+
+// All ranks run every benchmark (single_process ones too) so the sequence of collectives matches.
+BENCHMARK(bm_raw_allreduce)->Iterations(iterations)->Repetitions(5)->Unit(benchmark::kMicrosecond);
+BENCHMARK(bm_mpi_comm_all_reduce_max)->Iterations(iterations)->Repetitions(5)->Unit(benchmark::kMicrosecond);
+BENCHMARK_TEMPLATE(bm_manager_update, tequant::mpi_comm)
+    ->ArgNames({"layout_check", "history"})->Args({0, 1024})->Args({0, 16})
+    ->Iterations(iterations)->Repetitions(5)->Unit(benchmark::kMicrosecond);
+BENCHMARK_TEMPLATE(bm_manager_update, tequant::single_process)
+    ->ArgNames({"layout_check", "history"})->Args({0, 1024})->Args({0, 16})
+    ->Iterations(iterations)->Repetitions(5)->Unit(benchmark::kMicrosecond);
+BENCHMARK_TEMPLATE(bm_manager_update, tequant::mpi_comm)
+    ->ArgNames({"layout_check", "history"})->Args({1, 1024})
+    ->Iterations(iterations / 4)->Repetitions(3)->Unit(benchmark::kMicrosecond);
+
+class null_reporter : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>&) override {}
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  benchmark::Initialize(&argc, argv);
+  if (rank == 0) {
+    benchmark::RunSpecifiedBenchmarks();
+  } else {
+    null_reporter quiet;
+    benchmark::RunSpecifiedBenchmarks(&quiet, &quiet);  // same collectives, no output (and no JSON file)
+  }
+  benchmark::Shutdown();
+  MPI_Finalize();
+  return 0;
+}
