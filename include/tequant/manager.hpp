@@ -35,6 +35,9 @@ namespace tequant {
 
 namespace detail {
 
+/// persistence/ reads the whole state and commits a loaded one in one noexcept step (strong guarantee).
+struct manager_access;
+
 // After a failed policy check, these placeholders stand in for the policy's member types so that the
 // user sees one `tequant:` static_assert and not a cascade (style guide P5).
 struct invalid_policy_placeholder {};
@@ -176,6 +179,7 @@ class quantization_manager {
                 "(host_backend, cuda_backend) - see backend/concepts.hpp");
 
   using traits = detail::boundary_traits<Boundary>;
+  friend struct detail::manager_access;
 
  public:
   using recipe_type = Recipe;
