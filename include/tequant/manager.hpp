@@ -417,8 +417,9 @@ class quantization_manager {
     } else {
       auto& st = state_.recipe[slot.bucket];
       const fp8_dtype dtype = Recipe::dtype(state_.params, slot.dir);
+      // check_slot proved index < slots == st.size(): skip the bucket's own range checks here.
       if (slot.dir == direction::backward || state_.frames.empty())
-        return {st.scale_ptr(slot.index), st.staging_ptr(slot.index), dtype};
+        return {st.scale_data() + slot.index, st.staging().data() + slot.index, dtype};
       return plan_forward_in_frames(slot, st, dtype);
     }
   }
@@ -688,7 +689,7 @@ class quantization_manager {
     // that scale as their own snapshot (a checkpoint forward inside a replay).
     std::size_t r = frames.size();
     while (r > 0 && frames[r - 1].kind != frame_mode::replaying) --r;
-    cast_plan plan{st.scale_ptr(slot.index), st.staging_ptr(slot.index), dtype};
+    cast_plan plan{st.scale_data() + slot.index, st.staging().data() + slot.index, dtype};
     float used;
     if (r > 0) {
       checkpoint_frame& f = *frames[r - 1].frame;
