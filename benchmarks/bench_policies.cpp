@@ -17,7 +17,7 @@
 //               snapshot scales, a bool for "pending", direct update calls;
 //   te_style    TE's bookkeeping re-implemented in C++ (te_style_baseline.hpp).
 // Counters: snap_heap_B (heap growth over the forward of a steady-state step: memory held for the
-// recompute), snap_payload_B (snapshot scales / stashes counted from the state), snapshots (outstanding
+// recompute; the manager's frames are fresh for that step so that their hash tables count too), snap_payload_B (snapshot scales / stashes counted from the state), snapshots (outstanding
 // at the end of the forward), fwd_upd / bwd_upd (updates per step, checked), first_step_us (includes
 // registration).
 #include <benchmark/benchmark.h>
@@ -227,7 +227,12 @@ class manager_step {
   }
 
   void step(probe* p) {
-    if (p) p->begin();
+    if (p) {
+      // Fresh frames, so that the probe also counts what a frame keeps between steps (its hash table).
+      frames_.clear();
+      for (std::uint32_t i = 0; i < n_; ++i) frames_.emplace_back("layer" + std::to_string(i));
+      p->begin();
+    }
     {
       auto region = m_.autocast();
       if (!registered_) register_modules();  // first step only
