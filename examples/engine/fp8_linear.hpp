@@ -1,0 +1,193 @@
+// SPDX-License-Identifier: Apache-2.0
+// A linear layer y = x W^T whose GEMM operands are quantized through a tequant manager, for every
+// recipe. This CPU example "fake-quantizes": it casts each operand to FP8 with the recipe's scales,
+// decodes it again, and runs the GEMM in FP32 on the decoded values. That is what an FP8 tensor-core
+// GEMM computes (up to accumulation order), so training sees FP8's rounding and saturation.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <tequant/backend/layouts.hpp>
+#include <tequant/format/e8m0.hpp>
+#include <tequant/manager_types.hpp>
+#include <tequant/recipe/block.hpp>
+#include <tequant/recipe/current.hpp>
+#include <tequant/recipe/mxfp8.hpp>
+
+#include "autograd.hpp"
+
+namespace mini {
+
+// ---- FP32 GEMM helpers (i-k-j loops: the inner loop is a contiguous axpy the compiler vectorises) ----
+
+/// c[M,N] = a[M,K] b[K,N]
+inline matrix gemm(const matrix& a, const matrix& b) {
+  matrix c(a.rows, b.cols);
+  for (std::size_t i = 0; i < a.rows; ++i) {
+    float* ci = &c.data[i * c.cols];
+    for (std::size_t k = 0; k < a.cols; ++k) {
+      const float aik = a.data[i * a.cols + k];
+      const float* bk = &b.data[k * b.cols];
+      for (std::size_t j = 0; j < b.cols; ++j) ci[j] += aik * bk[j];
+    }
+  }
+  return c;
+}
+
+inline matrix transpose(const matrix& a) {
+  matrix t(a.cols, a.rows);
+  for (std::size_t i = 0; i < a.rows; ++i)
+    for (std::size_t j = 0; j < a.cols; ++j) t.data[j * a.rows + i] = a.data[i * a.cols + j];
+  return t;
+}
+
+// ---- quantization through the manager ---------------------------------------------------------
+
+/// Smallest and largest scale (the factor applied before the FP8 cast) seen since the last reset.
+struct scale_range {
+  float lo = 0.0f, hi = 0.0f;
+  bool seen = false;
+  void add(float s) {
+    lo = seen ? std::min(lo, s) : s;
+    hi = seen ? std::max(hi, s) : s;
+    seen = true;
+  }
+};
+
+/// An operand after quantize + dequantize. Block recipes scale along a direction, so a GEMM that
+/// contracts over the rows (the weight-gradient GEMM) reads the columnwise copy; per-tensor recipes
+/// have one copy.
+struct quantized {
+  matrix rowwise;     // scaled along each row (blocks of the last dim)
+  matrix columnwise;  // scaled along each column; empty = same as rowwise
+  const matrix& row() const { return rowwise; }
+  const matrix& col() const { return columnwise.empty() ? rowwise : columnwise; }
+};
+
+// example-begin quantize
+/// Quantizes `x` for `slot` as the manager's recipe says and returns the decoded values.
+template <class Manager>
+quantized quantize(Manager& m, tequant::slot_id slot, const matrix& x, bool is_weight, scale_range& seen) {
+  using recipe = typename Manager::recipe_type;
+  // Where this cast reads its scale and records its amax. In a checkpoint replay the scale is the
+  // one the original forward used and amax is nullptr: nothing is recorded.
+  const tequant::cast_plan plan = m.plan_cast(slot);
+  const auto& be = m.backend();
+  const auto& p = m.params();
+  const std::size_t n = x.size();
+  std::vector<std::uint8_t> codes(n);
+  quantized q;
+  q.rowwise = matrix(x.rows, x.cols);
+  if constexpr (Manager::is_stateful) {  // delayed scaling: the manager owns the scale
+    float scale_inv = 0.0f;
+    be.quantize_tensor(x.data.data(), n, plan.scale, plan.dtype, codes.data(), &scale_inv, plan.amax);
+    be.dequantize_tensor(codes.data(), n, plan.dtype, &scale_inv, q.rowwise.data.data());
+    seen.add(*plan.scale);
+  } else if constexpr (std::is_same_v<recipe, tequant::current_scaling>) {  // scale from this tensor's amax
+    float scale_inv = 0.0f;
+    be.quantize_current(x.data.data(), n, plan.dtype, p.power_2_scale, p.amax_epsilon, codes.data(), &scale_inv);
+    be.dequantize_tensor(codes.data(), n, plan.dtype, &scale_inv, q.rowwise.data.data());
+    seen.add(1.0f / scale_inv);
+  } else if constexpr (std::is_same_v<recipe, tequant::mxfp8_scaling>) {  // E8M0 scale per 32 elements
+    const tequant::matrix_view<const float> v{x.data.data(), x.rows, x.cols};
+    const auto rs = tequant::mxfp8_rowwise_scale_shape(x.rows, x.cols);
+    const auto cs = tequant::mxfp8_columnwise_scale_shape(x.rows, x.cols);
+    std::vector<std::uint8_t> col_codes(n), row_scale(rs.size()), col_scale(cs.size());
+    be.quantize_mxfp8(v, plan.dtype, is_weight && p.weight_2d, {codes, row_scale, col_codes, col_scale});
+    q.columnwise = matrix(x.rows, x.cols);
+    be.dequantize_mxfp8(codes, x.rows, x.cols, plan.dtype, false, row_scale, q.rowwise.data);
+    be.dequantize_mxfp8(col_codes, x.rows, x.cols, plan.dtype, true, col_scale, q.columnwise.data);
+    for (std::size_t r = 0; r < x.rows; ++r)  // padding entries of the scale tensor are skipped
+      for (std::size_t b = 0; b < x.cols / 32; ++b) seen.add(tequant::e8m0_multiplier(row_scale[r * rs.cols + b]));
+  } else {  // block scaling: fp32 scale per 1x128 tile (128x128 for weights)
+    static_assert(std::is_same_v<recipe, tequant::block_scaling>, "quantize: unknown recipe");
+    const tequant::matrix_view<const float> v{x.data.data(), x.rows, x.cols};
+    const auto rs = is_weight ? tequant::block_2d_rowwise_scale_shape(x.rows, x.cols)
+                              : tequant::block_1d_rowwise_scale_shape(x.rows, x.cols);
+    const auto cs = is_weight ? tequant::block_2d_columnwise_scale_shape(x.rows, x.cols)
+                              : tequant::block_1d_columnwise_scale_shape(x.rows, x.cols);
+    std::vector<std::uint8_t> col_codes(n);
+    std::vector<float> row_si(rs.size()), col_si(cs.size());
+    be.quantize_block(v, plan.dtype, is_weight, p.power_2_scale, p.amax_epsilon, {codes, row_si, col_codes, col_si});
+    q.columnwise = matrix(x.rows, x.cols);
+    be.dequantize_block(codes, x.rows, x.cols, plan.dtype, is_weight, false, row_si, q.rowwise.data);
+    be.dequantize_block(col_codes, x.rows, x.cols, plan.dtype, is_weight, true, col_si, q.columnwise.data);
+    for (float si : row_si)
+      if (si != 0.0f) seen.add(1.0f / si);  // 0 marks padding
+  }
+  return q;
+}
+// example-end
+
+/// Keeps the operand in FP32 (quantization disabled) in the same shape as quantize().
+inline quantized keep(const matrix& x) { return {x, {}}; }
+
+// ---- the layer -----------------------------------------------------------------------------------
+
+// example-begin fp8_linear
+/// y = x W^T. Registers one module (one GEMM) with the manager. Forward casts the input and the
+/// weight, backward casts grad_output and then REQUESTS the backward update; when that update runs
+/// is the boundary policy's business, never the layer's.
+template <class Manager>
+class fp8_linear {
+  Manager* m_;
+  tequant::module_handle h_;
+
+ public:
+  fp8_linear(Manager& m, std::string name, std::size_t in, std::size_t out, std::mt19937& rng)
+      : m_(&m), h_(m.register_module(std::move(name))), weight(leaf(matrix(out, in), true)) {
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    const float bound = 1.0f / std::sqrt(static_cast<float>(in));
+    for (float& w : weight->value.data) w = bound * u(rng);
+  }
+
+  tensor operator()(engine& e, const tensor& x) {
+    using tequant::backward_role;
+    using tequant::forward_role;
+    Manager& m = *m_;
+    const bool fp8 = m.quantization_enabled();  // inside an enabled autocast region?
+    // Under first_module_owner the ticket says whether this module owns the backward update (TE's old
+    // rule); every other boundary ignores it.
+    const tequant::backward_ticket ticket = m.module_forward(h_, e.grad_enabled());
+    const quantized qx = fp8 ? quantize(m, m.slot(h_, forward_role::input), x->value, false, seen[0]) : keep(x->value);
+    const quantized qw = fp8 ? quantize(m, m.slot(h_, forward_role::weight), weight->value, true, seen[1])
+                             : keep(weight->value);
+    matrix y = gemm(qx.row(), transpose(qw.row()));
+    return e.record(std::move(y), {x, weight}, m.module_name(h_),
+                    [this, &m, fp8, ticket, xs = qx.col(), ws = qw.col()](const matrix& g) {
+                      const quantized qg =
+                          fp8 ? quantize(m, m.slot(h_, backward_role::grad_output), g, false, seen[2]) : keep(g);
+                      matrix dx = gemm(qg.row(), ws);  // dgrad
+                      matrix dw;
+                      auto wgrad = [this, gt = transpose(qg.col()), xs] { return gemm(gt, xs); };
+                      if (defer_wgrad)
+                        m.defer_weight_grad([this, wgrad] { accumulate_weight_grad(wgrad()); });  // backward_dw
+                      else
+                        dw = wgrad();
+                      if (fp8) m.request_backward_update(ticket);
+                      return std::vector<matrix>{std::move(dx), std::move(dw)};
+                    });
+  }
+  // example-end
+
+  void accumulate_weight_grad(const matrix& dw) {
+    if (weight->grad.empty()) weight->grad = matrix(dw.rows, dw.cols);
+    for (std::size_t i = 0; i < dw.size(); ++i) weight->grad.data[i] += dw.data[i];
+  }
+
+  tequant::module_handle handle() const { return h_; }
+  const std::string& name() const { return m_->module_name(h_); }
+
+  tensor weight;             // [out, in], a parameter (leaf)
+  bool defer_wgrad = false;  // compute dW later, in manager.run_deferred_weight_grads() (pipelines)
+  scale_range seen[3];       // input, weight, grad_output scales since the last reset
+};
+
+}  // namespace mini

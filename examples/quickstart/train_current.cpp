@@ -1,0 +1,9 @@
+// SPDX-License-Identifier: Apache-2.0
+// The main example's training runs for one recipe (one translation unit per recipe).
+#include <tequant/recipe/current.hpp>
+
+#include "trainer.hpp"
+
+namespace quickstart {
+run_result train_current(const options& o, bool fp8) { return train_with<tequant::current_scaling>(o, fp8); }
+}  // namespace quickstart

@@ -1,0 +1,9 @@
+// SPDX-License-Identifier: Apache-2.0
+// The main example's training runs for one recipe (one translation unit per recipe).
+#include <tequant/recipe/delayed.hpp>
+
+#include "trainer.hpp"
+
+namespace quickstart {
+run_result train_delayed(const options& o, bool fp8) { return train_with<tequant::delayed_scaling<>>(o, fp8); }
+}  // namespace quickstart
