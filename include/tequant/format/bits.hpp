@@ -23,6 +23,16 @@ TEQUANT_HD constexpr float nan_ignoring_max(float a, float b) noexcept {
   return a < b ? b : a;
 }
 
+/// IEEE round-to-nearest division on host and device alike: under nvcc a plain `/` becomes an
+/// approximation when the user builds with --use_fast_math (-prec-div=false); __fdiv_rn never does.
+TEQUANT_HD constexpr float div_rn(float a, float b) noexcept {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
 inline constexpr float float_max = 3.40282346638528859811704183484516925e+38f;
 
 }  // namespace tequant::detail

@@ -102,7 +102,7 @@ TEQUANT_HD inline void delayed_update_slot(const delayed_bucket_view& v, std::ui
   detail::delayed_ring_push(v, j, c);
   const float a = algo(c, detail::delayed_window_max(v, j));
   float s = v.scale[j];
-  if (detail::is_finite(a) && a > 0.0f) s = args.scaled_max / a;
+  if (detail::is_finite(a) && a > 0.0f) s = detail::div_rn(args.scaled_max, a);
   if (detail::is_inf(s)) s = detail::float_max;
   v.scale[j] = s;
   v.staging[j] = 0.0f;
