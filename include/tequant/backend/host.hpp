@@ -146,6 +146,7 @@ struct host_backend {
                     " rows; MXFP8 needs the product of the leading dims to be a multiple of 32");
     detail::require(K % 32 == 0, "quantize_mxfp8: input has ", K, " columns; MXFP8 needs the last dim to be a multiple of 32");
     const bool row = !o.rowwise_data.empty(), col = !o.columnwise_data.empty();
+    if (x.size() == 0) return;  // an empty tensor (an expert without tokens): every output is empty too
     detail::require(row || col, "quantize_mxfp8: neither rowwise_data nor columnwise_data requested");
     detail::require(x.size() == 0 || x.data != nullptr, "quantize_mxfp8: input data is null");
     const scale_shape rs = mxfp8_rowwise_scale_shape(M, K), cs = mxfp8_columnwise_scale_shape(M, K);
@@ -188,6 +189,7 @@ struct host_backend {
                       const block_output& o) const {
     const std::size_t M = x.rows, K = x.cols;
     const bool row = !o.rowwise_data.empty(), col = !o.columnwise_data.empty();
+    if (x.size() == 0) return;  // an empty tensor (an expert without tokens): every output is empty too
     detail::require(row || col, "quantize_block: neither rowwise_data nor columnwise_data requested");
     detail::require(x.size() == 0 || x.data != nullptr, "quantize_block: input data is null");
     const scale_shape rs = tile_2d ? block_2d_rowwise_scale_shape(M, K) : block_1d_rowwise_scale_shape(M, K);
