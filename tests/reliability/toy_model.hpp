@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
-#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -97,8 +96,8 @@ struct toy_model {
           dw[o * hidden + i] += go * sv.xq[r * hidden + i];
         }
       }
-    auto apply = [this, l, dw] {
-      if (inject == fault::deferred_dw) throw fault_error{};
+    auto apply = [this, l, dw, defer] {
+      if (inject == fault::deferred_dw && defer) throw fault_error{};
       for (std::size_t i = 0; i < dw.size(); ++i) w[l][i] -= 0.05f * dw[i];
     };
     if (defer) m.defer_weight_grad(apply);
@@ -133,9 +132,8 @@ struct toy_model {
       loss += 0.5f * y[i] * y[i];
       gy[i] = y[i] / static_cast<float>(rows);
     }
-    {
-      std::optional<typename Manager::backward_scope_guard> scope;
-      if (use_scope) scope.emplace(m.backward_scope());
+    // Not std::optional<guard>: its noexcept destructor would turn a failing flush into terminate().
+    auto backward = [&] {
       gy = linear_backward(2, gy, sv[2], false);
       {
         auto f = m.checkpoint_replay(frame);
@@ -148,6 +146,12 @@ struct toy_model {
       gy = linear_backward(1, gy, sv[1], false);
       gy = linear_backward(0, gy, sv[0], use_scope);
       if (use_scope) m.run_deferred_weight_grads();
+    };
+    if (use_scope) {
+      auto scope = m.backward_scope();
+      backward();
+    } else {
+      backward();
     }
     return loss;
   }

@@ -407,6 +407,7 @@ void load_state(M& m, std::span<const std::uint8_t> file, const std::string& whe
     }
   }
 
+  detail::manager_access::reserve_derived(m, derived.buckets.size());
   // Commit: nothing below throws.
   static_assert(std::is_nothrow_swappable_v<decltype(s.modules)> && std::is_nothrow_swappable_v<decltype(s.buckets)>);
   if (adopt) {
@@ -418,6 +419,7 @@ void load_state(M& m, std::span<const std::uint8_t> file, const std::string& whe
   s.backward_updates.store(counters[1]);
   s.collectives.store(counters[2]);
   s.pending.store(pending);
+  detail::manager_access::refresh_derived(m);
 }
 
 template <class M>

@@ -1,0 +1,198 @@
+// SPDX-License-Identifier: Apache-2.0
+// Exception safety: a fault at every callback point of a training step (forward, replay, backward,
+// deferred weight gradient, the collective of the backward flush and of the forward update) leaves
+// no open region, scope, frame or snapshot behind, and the next steps are normal. Misuse errors
+// leave the state bit-identical (strong guarantee; see docs/reliability.md for the table).
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "check_error.hpp"
+#include "tequant/boundary/autocast_entry.hpp"
+#include "tequant/boundary/explicit_scope.hpp"
+#include "tequant/comm/concepts.hpp"
+#include "tequant/persistence/state.hpp"
+#include "tequant/recipe/delayed.hpp"
+#include "toy_model.hpp"
+
+namespace {
+
+/// A comm whose next `*fail_in`-th call throws (0 = never); models a failing collective.
+struct flaky_comm {
+  using policy_kind = tequant::comm_kind;
+  int* fail_in = nullptr;
+  void all_reduce_max(float*, std::size_t, std::uint32_t) {
+    if (fail_in != nullptr && *fail_in > 0 && --*fail_in == 0) throw tequant::error("injected collective failure");
+  }
+  std::uint32_t rank() const noexcept { return 0; }
+  std::uint32_t size(std::uint32_t) const noexcept { return 1; }
+};
+static_assert(tequant::amax_comm<flaky_comm>);
+
+template <class Boundary>
+struct rig {
+  using manager = tequant::quantization_manager<tequant::delayed_scaling<>, Boundary, tequant::stacked_recompute, flaky_comm>;
+  static constexpr bool scoped = std::is_same_v<Boundary, tequant::explicit_scope>;
+  int fail_in = 0;
+  manager m;
+  rel::toy_model<manager> model;
+  int k = 0;
+
+  static tequant::delayed_params params() {
+    tequant::delayed_params p;
+    p.history_length = 4;
+    return p;
+  }
+  rig() : m(params(), Boundary{}, flaky_comm{&fail_in}), model(m) {
+    model.use_scope = scoped;
+    for (int i = 0; i < 3; ++i) (void)model.step(k++);
+  }
+
+  void check_quiet() {
+    const auto s = m.stats();
+    CHECK(s.autocast_depth == 0);
+    CHECK(s.scope_depth == 0);
+    CHECK(s.checkpoint_depth == 0);
+    CHECK(s.outstanding_snapshots == 0);
+    CHECK_FALSE(m.in_replay());
+    CHECK(m.grad_enabled());
+  }
+
+  /// Two steps after the fault: each runs exactly one forward and one backward update.
+  void check_next_steps_normal() {
+    for (int i = 0; i < 2; ++i) {
+      const auto before = m.stats();
+      const float loss = model.step(k++);
+      CHECK(loss == loss);  // not NaN
+      const auto after = m.stats();
+      CHECK(after.forward_updates == before.forward_updates + 1);
+      // autocast_entry: the previous step's backward update is flushed at this step's entry.
+      CHECK(after.backward_updates == before.backward_updates + (before.pending || scoped ? 1 : 0));
+      CHECK(after.pending == !scoped);
+      CHECK(m.deferred_weight_grads() == 0);
+      check_quiet();
+    }
+  }
+};
+
+template <class Boundary>
+void run_fault_cases() {
+  SUBCASE("forward (inside a recording checkpoint frame)") {
+    rig<Boundary> r;
+    const auto before = r.m.stats();
+    r.model.inject = rel::fault::forward;
+    CHECK_THROWS_AS((void)r.model.step(r.k++), rel::fault_error);
+    r.model.inject = rel::fault::none;
+    r.check_quiet();
+    CHECK(r.m.stats().forward_updates == before.forward_updates);  // no update during unwinding
+    r.check_next_steps_normal();
+  }
+  SUBCASE("replay") {
+    rig<Boundary> r;
+    r.model.inject = rel::fault::replay;
+    const auto before = r.m.stats();
+    CHECK_THROWS_AS((void)r.model.step(r.k++), rel::fault_error);
+    r.model.inject = rel::fault::none;
+    r.check_quiet();
+    CHECK(r.m.stats().backward_updates == before.backward_updates + (before.pending ? 1 : 0));
+    if (rig<Boundary>::scoped) CHECK(r.m.stats().pending);  // the scope died unwinding: the update waits
+    r.check_next_steps_normal();
+  }
+  SUBCASE("backward") {
+    rig<Boundary> r;
+    r.model.inject = rel::fault::backward;
+    CHECK_THROWS_AS((void)r.model.step(r.k++), rel::fault_error);
+    r.model.inject = rel::fault::none;
+    r.check_quiet();
+    r.check_next_steps_normal();
+  }
+  SUBCASE("collective of the forward update (autocast exit)") {
+    rig<Boundary> r;
+    const auto bytes = tequant::state_bytes(r.m);
+    (void)bytes;
+    r.fail_in = rig<Boundary>::scoped ? 1 : 2;  // autocast_entry: the entry's backward flush comes first
+    const auto before = r.m.stats();
+    CHECK_TEQUANT_ERROR((void)r.model.step(r.k++), "injected collective failure");
+    r.check_quiet();
+    CHECK(r.m.stats().forward_updates == before.forward_updates);
+    r.check_next_steps_normal();
+  }
+}
+
+}  // namespace
+
+TEST_CASE("faults at every callback point: explicit_scope") { run_fault_cases<tequant::explicit_scope>(); }
+TEST_CASE("faults at every callback point: autocast_entry") { run_fault_cases<tequant::autocast_entry>(); }
+
+TEST_CASE("deferred weight-gradient work that throws stays registered and runs in the next scope") {
+  rig<tequant::explicit_scope> r;
+  r.model.inject = rel::fault::deferred_dw;
+  CHECK_THROWS_AS((void)r.model.step(r.k++), rel::fault_error);
+  r.model.inject = rel::fault::none;
+  CHECK(r.m.deferred_weight_grads() == 1);
+  CHECK(r.m.stats().pending);
+  r.check_quiet();
+  r.check_next_steps_normal();
+}
+
+TEST_CASE("a failing flush is strong: state unchanged, still pending, the retry equals a flush that never failed") {
+  rig<tequant::autocast_entry> victim, reference;
+  REQUIRE(victim.m.stats().pending);
+  const auto before = tequant::state_bytes(victim.m);
+  REQUIRE(before == tequant::state_bytes(reference.m));
+  victim.fail_in = 1;
+  CHECK_TEQUANT_ERROR(victim.m.flush_backward_update(), "injected collective failure");
+  CHECK(tequant::state_bytes(victim.m) == before);
+  CHECK(victim.m.stats().pending);
+  victim.m.flush_backward_update();
+  reference.m.flush_backward_update();
+  CHECK_FALSE(victim.m.stats().pending);
+  CHECK(tequant::state_bytes(victim.m) == tequant::state_bytes(reference.m));
+  CHECK(tequant::state_bytes(victim.m) != before);
+}
+
+TEST_CASE("a failing flush at the backward scope's exit keeps the update pending for the next boundary") {
+  rig<tequant::explicit_scope> r;
+  r.fail_in = 2;  // the step's forward update succeeds, its backward flush fails
+  const auto before = r.m.stats();
+  CHECK_TEQUANT_ERROR((void)r.model.step(r.k++), "injected collective failure");
+  r.check_quiet();
+  CHECK(r.m.stats().pending);
+  CHECK(r.m.stats().forward_updates == before.forward_updates + 1);
+  CHECK(r.m.stats().backward_updates == before.backward_updates);
+  CHECK(r.m.deferred_weight_grads() == 0);
+  r.check_next_steps_normal();
+}
+
+TEST_CASE("misuse raises tequant errors and leaves the state bit-identical (strong guarantee)") {
+  rig<tequant::explicit_scope> r;
+  const auto before = tequant::state_bytes(r.m);
+  const auto stats = r.m.stats();
+  CHECK_TEQUANT_ERROR(r.m.request_backward_update(), "outside backward_scope()");
+  CHECK_TEQUANT_ERROR(r.m.run_deferred_weight_grads(), "outside backward_scope()");
+  CHECK_TEQUANT_ERROR(r.m.register_module("bad", 0), "num_gemms must be >= 1");
+  CHECK_TEQUANT_ERROR((void)r.m.slot(tequant::module_handle{9}, tequant::forward_role::input), "not registered");
+  CHECK_TEQUANT_ERROR((void)r.m.slot(r.model.h[0], tequant::forward_role::input, 1), "has 1 GEMMs");
+  CHECK_TEQUANT_ERROR((void)r.m.plan_cast(tequant::slot_id{tequant::direction::forward, 7, 0}), "does not belong");
+  CHECK_TEQUANT_ERROR(r.m.defer_weight_grad({}), "empty function");
+  tequant::checkpoint_frame f("never recorded");
+  CHECK_TEQUANT_ERROR((void)r.m.checkpoint_replay(f), "'never recorded' has no snapshot");
+  {
+    tequant::checkpoint_frame g("partial");
+    {
+      auto fg = r.m.checkpoint_forward(g);
+      (void)r.m.plan_cast(r.m.slot(r.model.h[0], tequant::forward_role::input));
+    }
+    auto rg = r.m.checkpoint_replay(g);
+    CHECK_TEQUANT_ERROR((void)r.m.plan_cast(r.m.slot(r.model.h[1], tequant::forward_role::input)),
+                        "frame 'partial' has no snapshot of forward slot 'layer1'.input");
+  }
+  CHECK(tequant::state_bytes(r.m) == before);
+  const auto after = r.m.stats();
+  CHECK(after.forward_updates == stats.forward_updates);
+  CHECK(after.backward_updates == stats.backward_updates);
+  r.check_quiet();
+  r.check_next_steps_normal();
+}
