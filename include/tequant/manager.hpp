@@ -212,6 +212,15 @@ class quantization_manager {
     };
     std::vector<module_info> modules;
     std::vector<bucket_info> buckets;
+    // What a cast needs from bucket b in one contiguous record (refreshed at every registration,
+    // when the recipe state may have moved).
+    struct hot_bucket {
+      float* scale;
+      float* staging;
+      std::uint32_t slots;
+      direction dir;
+    };
+    std::vector<hot_bucket> hot;
     struct frame_entry {
       checkpoint_frame* frame;
       enum class mode : std::uint8_t { inactive, recording, replaying } kind;
@@ -328,9 +337,16 @@ class quantization_manager {
                       "'): reduction groups (forward ", groups.forward, ", backward ", groups.backward,
                       ") must be below the communicator's ", comm_.groups(), " groups");
     const auto module = static_cast<std::uint32_t>(state_.modules.size());
-    const slot_id fwd = add_slots(direction::forward, groups.forward, 3 * num_gemms, module);
-    const slot_id bwd = add_slots(direction::backward, groups.backward, 2 * num_gemms, module);
-    state_.modules.push_back({std::move(name), num_gemms, fwd, bwd});
+    state_.hot.reserve(state_.buckets.size() + 2);  // refresh_hot below cannot throw then
+    try {
+      const slot_id fwd = add_slots(direction::forward, groups.forward, 3 * num_gemms, module);
+      const slot_id bwd = add_slots(direction::backward, groups.backward, 2 * num_gemms, module);
+      state_.modules.push_back({std::move(name), num_gemms, fwd, bwd});
+    } catch (...) {
+      refresh_hot();  // slots added before the failure stay (unowned) and their storage may have moved
+      throw;
+    }
+    refresh_hot();
     return {module};
   }
 
@@ -415,12 +431,11 @@ class quantization_manager {
     if constexpr (!is_stateful) {
       return {nullptr, nullptr, Recipe::dtype(state_.params, slot.dir)};
     } else {
-      auto& st = state_.recipe[slot.bucket];
       const fp8_dtype dtype = Recipe::dtype(state_.params, slot.dir);
-      // check_slot proved index < slots == st.size(): skip the bucket's own range checks here.
+      const auto& hb = state_.hot[slot.bucket];
       if (slot.dir == direction::backward || state_.frames.empty())
-        return {st.scale_data() + slot.index, st.staging().data() + slot.index, dtype};
-      return plan_forward_in_frames(slot, st, dtype);
+        return {hb.scale + slot.index, hb.staging + slot.index, dtype};
+      return plan_forward_in_frames(slot, state_.recipe[slot.bucket], dtype);
     }
   }
 
@@ -626,10 +641,15 @@ class quantization_manager {
   }
 
   void check_slot(slot_id s, const char* where) const {
-    detail::require(s.bucket < state_.buckets.size() && s.index < state_.buckets[s.bucket].slots &&
-                        state_.buckets[s.bucket].dir == s.dir,
-                    where, ": slot (", to_string(s.dir), ", bucket ", s.bucket, ", index ", s.index,
-                    ") does not belong to this manager");
+    const auto& b = state_.hot;
+    if (s.bucket >= b.size() || s.index >= b[s.bucket].slots || b[s.bucket].dir != s.dir) [[unlikely]]
+      bad_slot(s, where);
+  }
+
+  // Kept out of line so that the checks on the cast path stay a few compares.
+  [[noreturn, gnu::noinline, gnu::cold]] static void bad_slot(slot_id s, const char* where) {
+    detail::fail(where, ": slot (", to_string(s.dir), ", bucket ", s.bucket, ", index ", s.index,
+                 ") does not belong to this manager");
   }
 
   std::string describe_slot(slot_id s) const {
@@ -655,6 +675,22 @@ class quantization_manager {
       case phase::replaying: return "it is being replayed";
     }
     return "unknown";
+  }
+
+  void refresh_hot() noexcept {
+    auto& s = state_;
+    s.hot.resize(s.buckets.size());
+    for (std::size_t b = 0; b < s.buckets.size(); ++b) {
+      auto& h = s.hot[b];
+      h.slots = s.buckets[b].slots;
+      h.dir = s.buckets[b].dir;
+      if constexpr (is_stateful) {
+        h.scale = s.recipe[b].scale_data();
+        h.staging = s.recipe[b].staging().data();
+      } else {
+        h.scale = h.staging = nullptr;
+      }
+    }
   }
 
   slot_id add_slots(direction dir, std::uint32_t group, std::uint32_t count, std::uint32_t module) {

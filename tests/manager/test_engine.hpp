@@ -28,6 +28,7 @@ namespace tq_test {
 
 using vec = std::vector<float>;
 
+// example-begin task-stack
 /// The engine's backward tasks as graph_hooks sees them (not templated, so hooks can point at it).
 struct task_stack {
   struct callback {
@@ -50,6 +51,7 @@ struct test_hooks {
     return true;
   }
 };
+// example-end task-stack
 
 struct node;
 struct value {
@@ -138,6 +140,7 @@ class engine {
     }, "loss");
   }
 
+  // example-begin task-run
   /// One backward task from `root` with upstream gradient `grad` (ones for a scalar loss).
   void backward(const tensor& root, vec grad = {}) {
     if (grad.empty()) grad.assign(root->data.size(), 1.0f);
@@ -155,6 +158,7 @@ class engine {
     }
     ts_.tasks.pop_back();
   }
+  // example-end task-run
 
   /// Reentrant checkpoint (TE's default): forward under no_grad, backward = replay + nested backward.
   tensor checkpoint_reentrant(const std::function<tensor(const tensor&)>& fn, const tensor& x,
@@ -174,6 +178,7 @@ class engine {
     auto n = std::make_shared<node>();
     n->name = "checkpoint:" + frame->name();
     n->inputs = {x};
+    // example-begin reentrant-replay
     n->backward = [this, frame, fn, fp8](node& self, const vec& g) {
       tensor xd = leaf(self.inputs[0]->data, true);
       tensor y;
@@ -186,6 +191,7 @@ class engine {
       backward(y, g);  // nested task
       return std::vector<vec>{xd->grad};
     };
+    // example-end reentrant-replay
     if (!collectors_.empty()) collectors_.back()->push_back(n);
     res->fn = std::move(n);
     return res;
