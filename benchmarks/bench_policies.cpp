@@ -455,7 +455,7 @@ class te_step {
 // ---- running one case ------------------------------------------------------------------------------
 
 template <class Step>
-void run_case(benchmark::State& state, std::uint32_t layers, bool kernels) {
+void run_case(benchmark::State& state, std::uint32_t layers, bool kernels, bool stateful, bool snapshots) {
   Step s(layers, kernels);
   const auto t0 = std::chrono::steady_clock::now();
   s.step(nullptr);  // registration happens here
@@ -473,13 +473,20 @@ void run_case(benchmark::State& state, std::uint32_t layers, bool kernels) {
   state.counters["bwd_upd"] = static_cast<double>(s.backward_updates() - b0) / iters;
   state.counters["first_step_us"] = std::chrono::duration<double, std::micro>(t1 - t0).count();
   state.counters["layers"] = layers;
+  // Every stateful step runs exactly one update per direction; recompute holds one snapshot per layer.
+  const std::uint64_t want = stateful ? static_cast<std::uint64_t>(state.iterations()) : 0;
+  if (s.forward_updates() - f0 != want || s.backward_updates() - b0 != want)
+    state.SkipWithError("update counts per step differ from one per direction (stateful) / zero (stateless)");
+  else if (snapshots && p.snapshots != layers)
+    state.SkipWithError("outstanding snapshots at the end of the forward differ from the number of layers");
 }
 
 double min_of(const std::vector<double>& v) { return v.empty() ? 0.0 : *std::min_element(v.begin(), v.end()); }
 
 template <class Step>
-void add(const std::string& name, std::uint32_t layers, bool kernels) {
-  benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) { run_case<Step>(st, layers, kernels); })
+void add(const std::string& name, std::uint32_t layers, bool kernels, bool stateful, bool snapshots) {
+  benchmark::RegisterBenchmark(name.c_str(),
+                               [=](benchmark::State& st) { run_case<Step>(st, layers, kernels, stateful, snapshots); })
       ->Unit(benchmark::kMicrosecond)
       ->ComputeStatistics("min", min_of);
 }
@@ -491,11 +498,14 @@ void add_recipe_checkpoint() {
       const std::string tail = std::string("/") + recompute_name(C) + "/N" + std::to_string(layers) +
                                (kernels ? "/kernels" : "/no_kernels");
       const std::string head = recipe_name<R>();
-      add<floor_step<R, C>>(head + "/floor" + tail, layers, kernels);
-      add<te_step<R, C>>(head + "/te_style" + tail, layers, kernels);
-      add<manager_step<R, engine_b, C>>(head + "/" + engine_b::name + tail, layers, kernels);
-      add<manager_step<R, autocast_b, C>>(head + "/" + autocast_b::name + tail, layers, kernels);
-      add<manager_step<R, scope_b, C>>(head + "/" + scope_b::name + tail, layers, kernels);
+      constexpr bool st = R::is_stateful;
+      // The manager's frames exist for every recipe; TE stashes only delayed-scaling state.
+      constexpr bool frames = C == recompute::stacked, stashes = frames && st;
+      add<floor_step<R, C>>(head + "/floor" + tail, layers, kernels, st, false);
+      add<te_step<R, C>>(head + "/te_style" + tail, layers, kernels, st, stashes);
+      add<manager_step<R, engine_b, C>>(head + "/" + engine_b::name + tail, layers, kernels, st, frames);
+      add<manager_step<R, autocast_b, C>>(head + "/" + autocast_b::name + tail, layers, kernels, st, frames);
+      add<manager_step<R, scope_b, C>>(head + "/" + scope_b::name + tail, layers, kernels, st, frames);
     }
 }
 
