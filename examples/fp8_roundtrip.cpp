@@ -18,6 +18,7 @@ int main() {
 
   std::printf("%-6s %12s %14s %14s\n", "dtype", "scale", "max |err|", "rel rms err");
   for (auto dtype : {tequant::fp8_dtype::e4m3, tequant::fp8_dtype::e5m2}) {
+    // example-begin fp8_roundtrip
     const float scale = tequant::scale_from_amax(amax, tequant::fp8_max(dtype));
     const float scale_inv = tequant::scale_inverse(scale);
     double max_err = 0.0, se = 0.0, ss = 0.0;
@@ -27,6 +28,7 @@ int main() {
       se += double(back - v) * double(back - v);
       ss += double(v) * double(v);
     }
+    // example-end
     std::printf("%-6s %12.4f %14.6f %14.6f\n", tequant::to_string(dtype), scale, max_err, std::sqrt(se / ss));
   }
   return 0;

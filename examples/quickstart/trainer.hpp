@@ -191,9 +191,12 @@ Boundary make_boundary(engine& e) {
 /// autocast region is simply disabled).
 template <class Recipe, class Boundary, class Checkpoint>
 run_result train(const options& o, bool fp8) {
+  // example-begin make_manager
+  // e.g. Recipe = delayed_scaling<>, Boundary = engine_callback<mini::hooks>, Checkpoint = stacked_recompute
   using manager_type = tequant::quantization_manager<Recipe, Boundary, Checkpoint>;
   engine e;
-  manager_type m(recipe_params<Recipe>(), make_boundary<Boundary>(e));
+  manager_type m(recipe_params<Recipe>(), make_boundary<Boundary>(e));  // hooks{&e} for engine_callback
+  // example-end
   std::mt19937 init_rng(seed + 1);
   model<manager_type> net(m, o.rc, init_rng);
   adam<typename model<manager_type>::linear> opt(net.layers(), 3e-3f, o.steps);
