@@ -1,0 +1,455 @@
+// SPDX-License-Identifier: Apache-2.0
+// API-sequence fuzzer: bytes -> a sequence of manager calls (autocast regions, grad mode, backward
+// scopes, checkpoint frames and replays, casts, requests from several threads, flushes, failing
+// collectives, exceptions unwinding through guards, save/load). After every event the manager is
+// compared with a small reference model of ARCHITECTURE §3-§4 (depths, flags, counters, pending,
+// snapshots, every slot's staging amax and scale, the scale and amax pointer each cast gets).
+// Misuse must raise tequant::error exactly where the model expects it; anything else aborts.
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "tequant/boundary/autocast_entry.hpp"
+#include "tequant/boundary/explicit_scope.hpp"
+#include "tequant/comm/concepts.hpp"
+#include "tequant/format/bits.hpp"
+#include "tequant/manager.hpp"
+#include "tequant/persistence/state.hpp"
+#include "tequant/recipe/delayed.hpp"
+
+namespace {
+
+[[noreturn]] void violated(const char* what, int line) {
+  std::fprintf(stderr, "fuzz_api: invariant violated at line %d: %s\n", line, what);
+  std::abort();
+}
+#define FZ_CHECK(cond) \
+  do {                 \
+    if (!(cond)) violated(#cond, __LINE__); \
+  } while (0)
+
+struct fuzz_comm {
+  using policy_kind = tequant::comm_kind;
+  bool* fail_next = nullptr;
+  void all_reduce_max(float*, std::size_t, std::uint32_t) {
+    if (*fail_next) {
+      *fail_next = false;
+      throw tequant::error("fuzz: injected collective failure");
+    }
+  }
+  std::uint32_t rank() const noexcept { return 0; }
+  std::uint32_t size(std::uint32_t) const noexcept { return 1; }
+};
+
+struct injected {};
+
+/// A guard of any kind, destroyed by `delete` so that a throwing guard destructor propagates.
+struct any_guard {
+  virtual ~any_guard() noexcept(false) = default;
+  int kind = 0;  // 0 autocast, 1 grad, 2 scope, 3 frame
+};
+template <class G>
+struct boxed : any_guard {
+  G g;
+  boxed(G&& x, int k) : g(std::move(x)) { kind = k; }
+  ~boxed() noexcept(false) override = default;
+};
+
+constexpr std::uint32_t L = 3;
+const std::array<float, 8> values = {0.0f, 1.0f, 2.5f, 448.0f, 1e-40f, 3e38f,
+                                     __builtin_inff(), __builtin_nanf("")};
+
+/// Reference delayed-scaling slot (TE's fused rule, naive window).
+struct ref_slot {
+  float staging = 0, scale = 1;
+  std::vector<float> hist;  // committed, oldest first, at most L
+  void update(float sm) {
+    const float c = staging;
+    if (c == 0.0f) return;
+    hist.push_back(c);
+    if (hist.size() > L) hist.erase(hist.begin());
+    float a = 0;
+    for (float h : hist) a = tequant::detail::nan_ignoring_max(a, h);
+    if (tequant::detail::is_finite(a) && a > 0) scale = sm / a;
+    if (tequant::detail::is_inf(scale)) scale = tequant::detail::float_max;
+    staging = 0;
+  }
+};
+
+struct ref_frame {
+  enum { idle, recording, ready, replaying } phase = idle;
+  std::map<std::uint64_t, float> snap;
+};
+
+template <class Boundary>
+struct harness {
+  using manager = tequant::quantization_manager<tequant::delayed_scaling<>, Boundary, tequant::stacked_recompute, fuzz_comm>;
+  static constexpr bool scoped = std::is_same_v<Boundary, tequant::explicit_scope>;
+
+  bool fail_next = false;
+  manager m;
+  std::array<tequant::checkpoint_frame, 3> frames{tequant::checkpoint_frame("f0"), tequant::checkpoint_frame("f1"),
+                                                  tequant::checkpoint_frame("f2")};
+  std::vector<any_guard*> guards;
+  std::vector<tequant::slot_id> fwd, bwd;
+
+  // ---- the reference model ----
+  struct ref_guard {
+    int kind;
+    bool enabled = false, prev_enabled = false, prev_grad = true;
+    int frame = -1, frame_mode = 0;  // 0 inactive, 1 recording, 2 replaying
+  };
+  std::vector<ref_guard> rg;
+  std::map<std::uint64_t, ref_slot> slots;  // key: dir << 63 | bucket << 32 | index
+  std::array<ref_frame, 3> rf;
+  std::vector<std::pair<int, int>> open_frames;  // (frame, mode)
+  bool pending = false, grad = true, q_enabled = false;
+  bool model_fail_next = false;  // the model's copy of fail_next (the comm consumes its own)
+  std::uint32_t autocast_depth = 0, scope_depth = 0, replay_depth = 0;
+  std::uint64_t fwd_updates = 0, bwd_updates = 0;
+  std::size_t outstanding = 0;
+
+  static tequant::delayed_params params() {
+    tequant::delayed_params p;
+    p.history_length = L;
+    return p;
+  }
+  static std::uint64_t key(tequant::slot_id s) {
+    return (static_cast<std::uint64_t>(s.dir == tequant::direction::backward) << 63) |
+           (static_cast<std::uint64_t>(s.bucket) << 32) | s.index;
+  }
+
+  explicit harness(std::uint8_t layout) : m(params(), Boundary{}, fuzz_comm{&fail_next}) {
+    const int modules = 1 + layout % 3;
+    for (int i = 0; i < modules; ++i) {
+      const std::uint32_t gemms = 1 + ((layout >> (2 + i)) & 1);
+      const auto h = m.register_module("m" + std::to_string(i), gemms, {static_cast<std::uint32_t>((layout >> 5) & i & 1), 0});
+      for (std::uint32_t g = 0; g < gemms; ++g) {
+        for (auto r : {tequant::forward_role::input, tequant::forward_role::weight, tequant::forward_role::output})
+          fwd.push_back(m.slot(h, r, g));
+        for (auto r : {tequant::backward_role::grad_output, tequant::backward_role::grad_input})
+          bwd.push_back(m.slot(h, r, g));
+      }
+    }
+    for (auto s : fwd) slots[key(s)];
+    for (auto s : bwd) slots[key(s)];
+  }
+
+  ~harness() {
+    while (!guards.empty()) pop(false, true);
+  }
+
+  void run_update(tequant::direction d) {
+    const float sm = d == tequant::direction::forward ? 448.0f : 57344.0f;
+    for (auto& [k, s] : slots)
+      if ((k >> 63) == (d == tequant::direction::backward ? 1u : 0u)) s.update(sm);
+  }
+  // A collective fails before any bucket is updated: the model changes nothing.
+  bool model_update(tequant::direction d, bool& threw) {
+    if (model_fail_next) {
+      model_fail_next = false;
+      threw = true;
+      return false;
+    }
+    run_update(d);
+    return true;
+  }
+  void model_flush(bool& threw) {
+    if (!pending) return;
+    if (model_update(tequant::direction::backward, threw)) {
+      pending = false;
+      ++bwd_updates;
+    }
+  }
+
+  template <class F>
+  static bool throws_tequant(F&& f) {
+    try {
+      f();
+    } catch (const tequant::error& e) {
+      FZ_CHECK(std::string(e.what()).rfind("tequant: ", 0) == 0);
+      return true;
+    }
+    return false;
+  }
+
+  void push(any_guard* g) { guards.push_back(g); }
+
+  // Pops the innermost guard normally, or while an exception unwinds through it.
+  void pop(bool unwinding, bool quiet = false) {
+    if (guards.empty()) return;
+    any_guard* g = guards.back();
+    guards.pop_back();
+    const ref_guard r = rg.back();
+    rg.pop_back();
+    bool threw = false, expect_throw = false;
+    // Model first (it decides whether the manager should throw).
+    switch (r.kind) {
+      case 0:
+        --autocast_depth;
+        q_enabled = r.prev_enabled;
+        if (r.enabled && autocast_depth == 0 && grad && replay_depth == 0 && !unwinding) {
+          if (model_update(tequant::direction::forward, expect_throw)) ++fwd_updates;
+        }
+        break;
+      case 1: grad = r.prev_grad; break;
+      case 2:
+        --scope_depth;
+        if (scope_depth == 0 && !unwinding) model_flush(expect_throw);
+        break;
+      case 3: {
+        open_frames.pop_back();
+        auto& f = rf[static_cast<std::size_t>(r.frame)];
+        if (r.frame_mode == 2) {
+          --replay_depth;
+          f = {};
+          --outstanding;
+        } else if (r.frame_mode == 1) {
+          if (unwinding) {
+            f = {};
+            --outstanding;
+          } else {
+            f.phase = ref_frame::ready;
+          }
+        }
+        break;
+      }
+    }
+    if (unwinding) {
+      try {
+        struct deleter {
+          any_guard* g;
+          ~deleter() noexcept(false) { delete g; }
+        } d{g};
+        throw injected{};
+      } catch (const injected&) {
+      }
+    } else {
+      threw = throws_tequant([&] { delete g; });
+    }
+    if (!quiet) FZ_CHECK(threw == expect_throw);
+  }
+
+  void forward_cast(std::size_t which, float v) {
+    const tequant::slot_id s = fwd[which % fwd.size()];
+    // Model: the nearest replaying frame decides; recording frames above it snapshot what is used.
+    std::size_t r = open_frames.size();
+    while (r > 0 && open_frames[r - 1].second != 2) --r;
+    const std::uint64_t k = key(s);
+    bool expect_error = false;
+    float used = slots[k].scale;
+    if (r > 0) {
+      auto& snap = rf[static_cast<std::size_t>(open_frames[r - 1].first)].snap;
+      const auto it = snap.find(k);
+      if (it == snap.end()) expect_error = true;
+      else used = it->second;
+    }
+    tequant::cast_plan plan{};
+    const bool threw = throws_tequant([&] { plan = m.plan_cast(s); });
+    FZ_CHECK(threw == expect_error);
+    if (threw) return;
+    for (std::size_t i = r; i < open_frames.size(); ++i)
+      if (open_frames[i].second == 1) rf[static_cast<std::size_t>(open_frames[i].first)].snap.try_emplace(k, used);
+    FZ_CHECK(tequant::detail::float_bits(*plan.scale) == tequant::detail::float_bits(used));
+    FZ_CHECK((plan.amax == nullptr) == (r > 0));
+    if (plan.amax != nullptr) {
+      m.backend().max_accumulate(plan.amax, v);
+      slots[k].staging = tequant::detail::nan_ignoring_max(slots[k].staging, v);
+    }
+  }
+
+  void backward_cast(std::size_t which, float v) {
+    const tequant::slot_id s = bwd[which % bwd.size()];
+    const tequant::cast_plan plan = m.plan_cast(s);
+    FZ_CHECK(plan.amax != nullptr);
+    FZ_CHECK(tequant::detail::float_bits(*plan.scale) == tequant::detail::float_bits(slots[key(s)].scale));
+    m.backend().max_accumulate(plan.amax, v);
+    auto& st = slots[key(s)].staging;
+    st = tequant::detail::nan_ignoring_max(st, v);
+  }
+
+  bool model_request() {  // returns whether the manager must throw
+    if (scope_depth != 0) {
+      pending = true;
+      return false;
+    }
+    if (scoped) return true;
+    pending = true;
+    return false;
+  }
+
+  void check() {
+    const auto st = m.stats();
+    FZ_CHECK(st.autocast_depth == autocast_depth);
+    FZ_CHECK(st.scope_depth == scope_depth);
+    FZ_CHECK(st.checkpoint_depth == open_frames.size());
+    FZ_CHECK(st.outstanding_snapshots == outstanding);
+    FZ_CHECK(st.pending == pending);
+    FZ_CHECK(st.forward_updates == fwd_updates);
+    FZ_CHECK(st.backward_updates == bwd_updates);
+    FZ_CHECK(m.grad_enabled() == grad);
+    FZ_CHECK(m.quantization_enabled() == q_enabled);
+    FZ_CHECK(m.in_replay() == (replay_depth != 0));
+    for (std::size_t i = 0; i < frames.size(); ++i) {
+      FZ_CHECK(frames[i].has_snapshot() == (rf[i].phase != ref_frame::idle));
+      FZ_CHECK(frames[i].snapshot_slots() == rf[i].snap.size());
+    }
+    for (auto list : {&fwd, &bwd})
+      for (auto s : *list) {
+        const auto& r = slots[key(s)];
+        FZ_CHECK(tequant::detail::float_bits(m.staging_amax(s)) == tequant::detail::float_bits(r.staging));
+        FZ_CHECK(tequant::detail::float_bits(m.scale(s)) == tequant::detail::float_bits(r.scale));
+      }
+  }
+
+  void save_load(std::uint8_t arg) {
+    const auto bytes = tequant::state_bytes(m);
+    const bool busy = autocast_depth != 0 || scope_depth != 0 || !open_frames.empty() || outstanding != 0;
+    auto bad = bytes;
+    bad[static_cast<std::size_t>(arg) * 131 % bad.size()] ^= static_cast<std::uint8_t>(1u << (arg % 8));
+    FZ_CHECK(throws_tequant([&] { tequant::load_state(m, bad); }));
+    FZ_CHECK(throws_tequant([&] { tequant::load_state(m, bytes); }) == busy);
+    FZ_CHECK(tequant::state_bytes(m) == bytes);
+    // A fresh manager adopts everything and writes the same bytes.
+    bool no_fail = false;
+    manager fresh(params(), Boundary{}, fuzz_comm{&no_fail});
+    tequant::load_state(fresh, bytes);
+    FZ_CHECK(tequant::state_bytes(fresh) == bytes);
+  }
+
+  void threads(std::uint8_t arg) {
+    const int n = 2 + arg % 3;
+    const bool expect_throw = model_request();
+    std::vector<std::thread> ts;
+    std::array<int, 4> errors{};
+    for (int t = 0; t < n; ++t)
+      ts.emplace_back([&, t] {
+        for (int i = 0; i < 20; ++i) {
+          if (throws_tequant([&] { m.request_backward_update(); })) ++errors[static_cast<std::size_t>(t)];
+          (void)m.plan_cast(bwd[static_cast<std::size_t>(t + i) % bwd.size()]);
+        }
+      });
+    for (auto& th : ts) th.join();
+    for (int t = 0; t < n; ++t) FZ_CHECK(errors[static_cast<std::size_t>(t)] == (expect_throw ? 20 : 0));
+  }
+
+  void event(std::uint8_t op, std::uint8_t arg) {
+    if (std::getenv("TEQUANT_FUZZ_TRACE") != nullptr) std::fprintf(stderr, "event %d arg %d\n", op % 15, arg);
+    switch (op % 15) {
+      case 0: {  // autocast enter
+        const bool en = arg & 1;
+        bool expect_throw = false;
+        if (autocast_depth == 0 && !scoped && scope_depth == 0 && replay_depth == 0) model_flush(expect_throw);
+        bool threw = false;
+        any_guard* g = nullptr;
+        threw = throws_tequant([&] { g = new boxed<typename manager::autocast_region>(m.autocast(en), 0); });
+        FZ_CHECK(threw == expect_throw);
+        if (threw) break;
+        push(g);
+        rg.push_back({0, en, q_enabled, grad, -1, 0});
+        q_enabled = en;
+        ++autocast_depth;
+        break;
+      }
+      case 1:
+        push(new boxed<typename manager::grad_mode_guard>(m.grad_mode(arg & 1), 1));
+        rg.push_back({1, false, false, grad, -1, 0});
+        grad = arg & 1;
+        break;
+      case 2:
+        push(new boxed<typename manager::backward_scope_guard>(m.backward_scope(), 2));
+        rg.push_back({2});
+        if (scope_depth == 0) pending = true;
+        ++scope_depth;
+        break;
+      case 3: {  // checkpoint forward
+        const int f = arg % 3;
+        const bool need = (arg & 4) == 0;
+        const bool expect_error = rf[static_cast<std::size_t>(f)].phase != ref_frame::idle;
+        any_guard* g = nullptr;
+        const bool threw = throws_tequant(
+            [&] { g = new boxed<typename manager::frame_guard>(m.checkpoint_forward(frames[static_cast<std::size_t>(f)], need), 3); });
+        FZ_CHECK(threw == expect_error);
+        if (threw) break;
+        push(g);
+        const bool active = grad && need;
+        rg.push_back({3, false, false, grad, f, active ? 1 : 0});
+        open_frames.push_back({f, active ? 1 : 0});
+        if (active) {
+          rf[static_cast<std::size_t>(f)].phase = ref_frame::recording;
+          ++outstanding;
+        }
+        break;
+      }
+      case 4: {  // replay
+        const int f = arg % 3;
+        const bool expect_error = rf[static_cast<std::size_t>(f)].phase != ref_frame::ready;
+        any_guard* g = nullptr;
+        const bool threw = throws_tequant(
+            [&] { g = new boxed<typename manager::frame_guard>(m.checkpoint_replay(frames[static_cast<std::size_t>(f)]), 3); });
+        FZ_CHECK(threw == expect_error);
+        if (threw) break;
+        push(g);
+        rg.push_back({3, false, false, grad, f, 2});
+        open_frames.push_back({f, 2});
+        rf[static_cast<std::size_t>(f)].phase = ref_frame::replaying;
+        ++replay_depth;
+        break;
+      }
+      case 5: pop(false); break;
+      case 6: pop(true); break;
+      case 7: forward_cast(arg >> 3, values[arg & 7]); break;
+      case 8: backward_cast(arg >> 3, values[arg & 7]); break;
+      case 9: {
+        const bool expect = model_request();
+        FZ_CHECK(throws_tequant([&] { m.request_backward_update(); }) == expect);
+        break;
+      }
+      case 10: {
+        bool expect = false;
+        model_flush(expect);
+        FZ_CHECK(throws_tequant([&] { m.flush_backward_update(); }) == expect);
+        break;
+      }
+      case 11: threads(arg); break;
+      case 12: fail_next = model_fail_next = true; break;
+      case 13: save_load(arg); break;
+      case 14: {
+        const bool expect = scope_depth == 0;
+        m.defer_weight_grad([] {});
+        FZ_CHECK(throws_tequant([&] { m.run_deferred_weight_grads(); }) == expect);
+        if (!expect) FZ_CHECK(m.deferred_weight_grads() == 0);
+        break;
+      }
+    }
+    check();
+  }
+};
+
+template <class Boundary>
+void run(const std::uint8_t* data, std::size_t size) {
+  harness<Boundary> h(data[1]);
+  h.check();
+  for (std::size_t i = 2; i + 1 < size && i < 2 + 2 * 256; i += 2) h.event(data[i], data[i + 1]);
+  while (!h.guards.empty()) {
+    h.pop(false);
+    h.check();
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size < 2) return 0;
+  if (data[0] & 1) run<tequant::explicit_scope>(data, size);
+  else run<tequant::autocast_entry>(data, size);
+  return 0;
+}
