@@ -316,3 +316,20 @@ TEST_CASE_TEMPLATE("Q/R: checkpointed backward updates backward scales; a replay
   }
   CHECK(fx.m.scale(go) != initial);  // Q: the backward scales did move
 }
+
+TEST_CASE_TEMPLATE("I: a backward that runs no quantized module still updates inside backward_scope", B, BOUNDARIES,
+                   tequant::first_module_owner) {
+  fixture<B> fx;
+  const auto go = fx.m.slot(fx.L(0).h, tequant::backward_role::grad_output);
+  check_steps(fx, 4, [](auto& f, int k) {
+    {
+      auto ac = f.m.autocast();
+      (void)f.seq(0, 2)(f.input(k, /*requires_grad=*/false));  // this rank's modules see no backward
+    }
+    tensor w = leaf(vec(4, 1.0f), true);
+    tensor y = f.e.scale(w, 3.0f);  // the rank's backward has no quantized module
+    auto scope = f.m.backward_scope();
+    f.e.backward(f.e.loss(y));
+  }, /*scoped=*/true);
+  CHECK(fx.m.scale(go) == 1.0f);  // nothing recorded, nothing committed: the update ran on zeros
+}

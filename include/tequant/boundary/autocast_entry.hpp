@@ -8,6 +8,9 @@ namespace tequant {
 
 /// The backward update of step k runs when step k+1 enters its first autocast region. The next
 /// forward uses forward scales only, so nothing reads the stale backward scales in between.
+/// Without graph hooks the manager cannot see a backward task: an autocast region entered at depth 0
+/// inside a backward node (outside a checkpoint replay and a backward scope) flushes there. Wrap such
+/// backwards (e.g. an externally driven recompute) in backward_scope().
 struct autocast_entry {
   using policy_kind = boundary_kind;
   static constexpr bool flushes_at_autocast_entry = true;
