@@ -219,6 +219,7 @@ class quantization_manager {
       float* staging;
       std::uint32_t slots;
       direction dir;
+      fp8_dtype dtype;
     };
     std::vector<hot_bucket> hot;
     struct frame_entry {
@@ -431,11 +432,10 @@ class quantization_manager {
     if constexpr (!is_stateful) {
       return {nullptr, nullptr, Recipe::dtype(state_.params, slot.dir)};
     } else {
-      const fp8_dtype dtype = Recipe::dtype(state_.params, slot.dir);
       const auto& hb = state_.hot[slot.bucket];
       if (slot.dir == direction::backward || state_.frames.empty())
-        return {hb.scale + slot.index, hb.staging + slot.index, dtype};
-      return plan_forward_in_frames(slot, state_.recipe[slot.bucket], dtype);
+        return {hb.scale + slot.index, hb.staging + slot.index, hb.dtype};
+      return plan_forward_in_frames(slot, state_.recipe[slot.bucket], hb.dtype);
     }
   }
 
@@ -684,6 +684,7 @@ class quantization_manager {
       auto& h = s.hot[b];
       h.slots = s.buckets[b].slots;
       h.dir = s.buckets[b].dir;
+      if constexpr (scaling_recipe<Recipe>) h.dtype = Recipe::dtype(s.params, h.dir);
       if constexpr (is_stateful) {
         h.scale = s.recipe[b].scale_data();
         h.staging = s.recipe[b].staging().data();
