@@ -166,7 +166,7 @@ class fp8_linear {
                           fp8 ? quantize(m, m.slot(h_, backward_role::grad_output), g, false, seen[2]) : keep(g);
                       matrix dx = gemm(qg.row(), ws);  // dgrad
                       matrix dw;
-                      auto wgrad = [this, gt = transpose(qg.col()), xs] { return gemm(gt, xs); };
+                      auto wgrad = [gt = transpose(qg.col()), xs] { return gemm(gt, xs); };
                       if (defer_wgrad)
                         m.defer_weight_grad([this, wgrad] { accumulate_weight_grad(wgrad()); });  // backward_dw
                       else

@@ -214,7 +214,7 @@ run_result train(const options& o, bool fp8) {
       auto region = m.autocast(/*enabled=*/fp8);  // forward update when the region exits
       loss = mini::mse_loss(e, net(e, mini::leaf(s.x)), s.y);
     }
-    bwd_at.push_back(m.stats().backward_updates);
+    bwd_at.push_back(m.stats().backward_updates);  // (for the report: updates per step)
     if constexpr (std::is_same_v<Boundary, tequant::explicit_scope>) {
       auto scope = m.backward_scope();  // the scope is the logical backward: one flush at its exit
       e.backward(loss);
