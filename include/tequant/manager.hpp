@@ -2,11 +2,14 @@
 // The quantization manager: decides WHEN quantization state moves (ARCHITECTURE §3, §4). HOW a
 // recipe reduces and updates its state is the recipe's business (recipe/, backend/).
 #pragma once
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <string>
@@ -104,7 +107,71 @@ struct frame_access {
   }
   static void release(checkpoint_frame& f) noexcept { f.release(); }
   static std::unordered_map<std::uint64_t, float>& scales(checkpoint_frame& f) noexcept { return f.scales_; }
+  static std::unordered_map<std::uint64_t, std::uint32_t>& device_index(checkpoint_frame& f) noexcept {
+    return f.device_index_;
+  }
+  static std::unique_ptr<snapshot_storage>& device_storage(checkpoint_frame& f) noexcept { return f.device_; }
 };
+
+template <class Buffer>
+inline constexpr char snapshot_kind_tag = 0;
+
+/// A frame's device snapshot: one backend buffer of scales (see snapshot_storage).
+template <class Buffer>
+class snapshot_buffer final : public snapshot_storage {
+ public:
+  snapshot_buffer(Buffer buffer, std::size_t capacity, const void* owner)
+      : buffer_(std::move(buffer)), capacity_(capacity), owner_(owner) {}
+  float* data() noexcept override { return buffer_.data(); }
+  std::size_t capacity() const noexcept override { return capacity_; }
+  const void* owner() const noexcept override { return owner_; }
+  const void* kind() const noexcept override { return &snapshot_kind_tag<Buffer>; }
+
+ private:
+  Buffer buffer_;
+  std::size_t capacity_;
+  const void* owner_;
+};
+
+/// Backends that update all buckets of a direction in one pass (cuda_backend: one kernel launch).
+// (The view type is spelled with declval: nvcc 13 cannot refer to one requires-parameter in another.)
+template <class State, class Algo, class Args>
+concept batched_bucket_update =
+    requires(State& s, std::span<const decltype(std::declval<State&>().view())> views, std::span<const Args> args,
+             direction d) { s.backend().update_delayed(views, args, Algo{}, d); };
+
+/// Runs the recipe's update on every non-empty bucket of `dir`: one backend call for all of them
+/// where the backend has a batched update, else one call per bucket.
+template <class Algo, class Args, class States, class Buckets>
+void update_direction(direction dir, const Args& args, States& states, const Buckets& buckets) {
+  using state_type = typename States::value_type;
+  if constexpr (batched_bucket_update<state_type, Algo, Args>) {
+    using view_type = decltype(std::declval<state_type&>().view());
+    // Fixed room on the stack: no allocation on the update path (it may run inside a graph capture).
+    constexpr std::size_t chunk = 32;
+    std::array<view_type, chunk> views{};
+    std::array<Args, chunk> chunk_args{};
+    std::size_t k = 0, launcher = buckets.size();
+    const auto launch = [&] {
+      states[launcher].backend().update_delayed(std::span<const view_type>(views.data(), k),
+                                                std::span<const Args>(chunk_args.data(), k), Algo{}, dir);
+      k = 0;
+    };
+    for (std::size_t b = 0; b < buckets.size(); ++b) {
+      if (buckets[b].dir != dir || buckets[b].slots == 0) continue;
+      if (k == 0) launcher = b;
+      views[k] = states[b].view();
+      chunk_args[k] = args;
+      if (++k == chunk) launch();
+    }
+    if (k != 0) launch();
+  } else {
+    for (std::size_t b = 0; b < buckets.size(); ++b) {
+      if (buckets[b].dir != dir || buckets[b].slots == 0) continue;
+      states[b].update(Algo{}, args);
+    }
+  }
+}
 
 constexpr std::uint64_t frame_key(slot_id s) noexcept {
   return (static_cast<std::uint64_t>(s.bucket) << 32) | s.index;
@@ -137,11 +204,7 @@ std::uint64_t reduce_and_update(const Params& params, direction dir, States& sta
       last = buckets[next].group;
     }
   }
-  const auto args = Recipe::update_args(params, dir);
-  for (std::size_t b = 0; b < buckets.size(); ++b) {
-    if (buckets[b].dir != dir || buckets[b].slots == 0) continue;
-    states[b].update(typename Recipe::algo_type{}, args);
-  }
+  update_direction<typename Recipe::algo_type>(dir, Recipe::update_args(params, dir), states, buckets);
   return collectives;
 }
 
@@ -158,6 +221,13 @@ std::uint64_t reduce_and_update(const Params& params, direction dir, States& sta
 ///
 /// Threading: request_backward_update() and plan_cast() of backward slots may be called from several
 /// threads at once; everything else belongs to the thread that drives the training loop.
+///
+/// Device backends (cuda_backend): scales, staging amaxes and checkpoint snapshots live in device
+/// memory and every cast plan holds device pointers; the updates, flushes and snapshots are
+/// stream-ordered work on the backend's stream and never wait for the device, so a training step
+/// (casts, forward update, backward flush, frames once they have their storage) can be captured in a
+/// CUDA graph. Counters and flags stay on the host: a replayed graph does not count its updates.
+/// scale() and staging_amax() read device memory (a synchronisation: tests and logging only).
 template <class Recipe, class Boundary, class Checkpoint = stacked_recompute, class Comm = single_process,
           class Backend = host_backend>
 class quantization_manager {
@@ -727,6 +797,16 @@ class quantization_manager {
     std::size_t r = frames.size();
     while (r > 0 && frames[r - 1].kind != frame_mode::replaying) --r;
     cast_plan plan{st.scale_data() + slot.index, st.staging().data() + slot.index, dtype};
+    if constexpr (!Backend::host_accessible) {
+      return plan_forward_on_device(slot, key, r, plan);
+    } else {
+      return plan_forward_on_host(slot, key, r, plan, st);
+    }
+  }
+
+  template <class State>
+  cast_plan plan_forward_on_host(slot_id slot, std::uint64_t key, std::size_t r, cast_plan plan, State& st) {
+    auto& frames = state_.frames;
     float used;
     if (r > 0) {
       checkpoint_frame& f = *frames[r - 1].frame;
@@ -744,6 +824,59 @@ class quantization_manager {
     for (std::size_t i = r; i < frames.size(); ++i)
       if (frames[i].kind == frame_mode::recording) detail::frame_access::scales(*frames[i].frame).try_emplace(key, used);
     return plan;
+  }
+
+  // Backend memory the host cannot read: snapshots are stream-ordered backend-to-backend copies into
+  // the frame's buffer, replays cast with pointers into it; nothing waits for the device.
+  cast_plan plan_forward_on_device(slot_id slot, std::uint64_t key, std::size_t r, cast_plan plan) {
+    auto& frames = state_.frames;
+    const float* used = plan.scale;
+    if (r > 0) {
+      checkpoint_frame& f = *frames[r - 1].frame;
+      const auto& index = detail::frame_access::device_index(f);
+      const auto it = index.find(key);
+      if (it == index.end())
+        detail::fail("checkpoint_replay: frame '", f.name(), "' has no snapshot of forward slot ", describe_slot(slot),
+                     ": its original forward did not cast this slot, so the replay cannot reproduce it");
+      used = detail::frame_access::device_storage(f)->data() + it->second;
+      plan.scale = used;  // the frame's buffer does not move while it replays
+      plan.amax = nullptr;
+    }
+    for (std::size_t i = r; i < frames.size(); ++i)
+      if (frames[i].kind == frame_mode::recording) snapshot_on_device(*frames[i].frame, key, used);
+    return plan;
+  }
+
+  // First use of `key` in a recording frame: reserve a position in its buffer and copy the scale in.
+  // Strong guarantee: a failed allocation or copy leaves the frame as it was.
+  void snapshot_on_device(checkpoint_frame& f, std::uint64_t key, const float* src) {
+    auto& index = detail::frame_access::device_index(f);
+    if (index.contains(key)) return;
+    auto& storage = detail::frame_access::device_storage(f);
+    const std::size_t pos = index.size();
+    using buffer_type = decltype(backend_.template make_buffer<float>(std::size_t{}));
+    if (storage == nullptr || storage->owner() != this || storage->kind() != &detail::snapshot_kind_tag<buffer_type> ||
+        storage->capacity() <= pos) {
+      // Room for every forward slot known now, so that a frame needs one allocation in its first step;
+      // registrations inside a frame grow it geometrically.
+      std::size_t cap = 0;
+      for (const auto& h : state_.hot)
+        if (h.dir == direction::forward) cap += h.slots;
+      const bool reuse = storage != nullptr && storage->owner() == this &&
+                         storage->kind() == &detail::snapshot_kind_tag<buffer_type>;
+      cap = std::max({cap, pos + 1, reuse ? 2 * storage->capacity() : std::size_t{0}});
+      auto grown = std::make_unique<detail::snapshot_buffer<buffer_type>>(backend_.template make_buffer<float>(cap), cap,
+                                                                         this);
+      if (reuse && pos != 0) backend_.copy(grown->data(), storage->data(), pos);
+      storage = std::move(grown);  // the old buffer's release (cudaFree) waits for the copy
+    }
+    index.try_emplace(key, static_cast<std::uint32_t>(pos));
+    try {
+      backend_.copy(storage->data() + pos, src, 1);
+    } catch (...) {
+      index.erase(key);
+      throw;
+    }
   }
 
   void exit_frame(checkpoint_frame& frame, int uncaught) noexcept {

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -11,12 +12,29 @@ namespace tequant {
 
 namespace detail {
 struct frame_access;
-}
+
+/// A frame's snapshot in backend memory, for backends whose memory the host cannot read (cuda_backend):
+/// type-erased so that checkpoint_frame stays one type whatever the backend. The manager that made it
+/// owns its layout; casts of a replay read their scales from it without a host synchronisation.
+class snapshot_storage {
+ public:
+  snapshot_storage() = default;
+  snapshot_storage(const snapshot_storage&) = delete;
+  snapshot_storage& operator=(const snapshot_storage&) = delete;
+  virtual ~snapshot_storage() = default;
+  virtual float* data() noexcept = 0;
+  virtual std::size_t capacity() const noexcept = 0;
+  /// The manager that allocated it (another manager, or another buffer type, reallocates).
+  virtual const void* owner() const noexcept = 0;
+  virtual const void* kind() const noexcept = 0;
+};
+}  // namespace detail
 
 /// Owned by whoever owns the checkpointed region (for an autograd engine: the checkpoint node), and
 /// passed to both `checkpoint_forward` and `checkpoint_replay`. Holds the scales its original forward
-/// used (forward slots only, filled lazily at first use) until its replay ends or it is destroyed.
-/// A frame must not outlive the manager that recorded it. It may be reused for the next step once
+/// used (forward slots only, filled lazily at first use) until its replay ends or it is destroyed; with
+/// a device backend they live in device memory, which the frame keeps (for the next step) until it
+/// is destroyed. A frame must not outlive the manager that recorded it. It may be reused for the next step once
 /// its replay ended.
 class checkpoint_frame {
  public:
@@ -30,14 +48,17 @@ class checkpoint_frame {
   /// True from an eligible original forward until the replay ends (or the frame is destroyed).
   bool has_snapshot() const noexcept { return phase_ != phase::idle; }
   /// Number of slots whose scale the snapshot holds.
-  std::size_t snapshot_slots() const noexcept { return scales_.size(); }
+  std::size_t snapshot_slots() const noexcept { return scales_.size() + device_index_.size(); }
 
  private:
   friend struct detail::frame_access;
   enum class phase : std::uint8_t { idle, recording, ready, replaying };
 
+  // The backend storage stays: the next step's snapshot reuses it without an allocation (which, on a
+  // device, could synchronise) and pointers of a finished replay never dangle.
   void release() noexcept {
     scales_.clear();
+    device_index_.clear();
     if (outstanding_ != nullptr) --*outstanding_;
     outstanding_ = nullptr;
     owner_ = nullptr;
@@ -46,7 +67,10 @@ class checkpoint_frame {
 
   std::string name_;
   phase phase_ = phase::idle;
-  std::unordered_map<std::uint64_t, float> scales_;  // (bucket << 32 | index) -> scale used
+  std::unordered_map<std::uint64_t, float> scales_;  // host-accessible backends: (bucket << 32 | index) -> scale used
+  // Other backends: (bucket << 32 | index) -> position of the scale used in device_.
+  std::unordered_map<std::uint64_t, std::uint32_t> device_index_;
+  std::unique_ptr<detail::snapshot_storage> device_;
   std::size_t* outstanding_ = nullptr;                // the recording manager's snapshot counter
   const void* owner_ = nullptr;                       // the recording manager
 };
