@@ -14,6 +14,24 @@
 #  define TEQUANT_NO_UNIQUE_ADDRESS [[no_unique_address]]
 #endif
 
+// Host SIMD: x86 kernels compiled per function with a target attribute and chosen at run time, so a
+// build without -mavx2 still gets them. Define TEQUANT_DISABLE_HOST_SIMD to keep only the portable loops.
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__)) && \
+    !defined(__CUDA_ARCH__) && !defined(TEQUANT_DISABLE_HOST_SIMD)
+#  define TEQUANT_HAS_X86_TARGET_ATTRIBUTES 1
+#  define TEQUANT_TARGET_AVX2 __attribute__((target("avx2,f16c")))
+#else
+#  define TEQUANT_HAS_X86_TARGET_ATTRIBUTES 0
+#  define TEQUANT_TARGET_AVX2
+#endif
+// The whole translation unit already targets AVX2 + F16C (-mavx2 -mf16c, -march=haswell or later):
+// no run-time check needed.
+#if TEQUANT_HAS_X86_TARGET_ATTRIBUTES && defined(__AVX2__) && defined(__F16C__)
+#  define TEQUANT_HOST_AVX2_BASELINE 1
+#else
+#  define TEQUANT_HOST_AVX2_BASELINE 0
+#endif
+
 #define TEQUANT_VERSION_MAJOR 0
 #define TEQUANT_VERSION_MINOR 1
 #define TEQUANT_VERSION_PATCH 0

@@ -237,6 +237,85 @@ void check_block(Backend& b, unsigned seed = 3) {
   }
 }
 
+/// Long rows whose blocks all have different magnitudes (so every block gets its own scale; a scale
+/// applied to the wrong block shows), with few special values: MXFP8 1x32 and block 1x128 rowwise.
+/// The vector paths handle eight blocks at a time, so the widths cover whole groups plus tails.
+template <class T, class Backend>
+void check_wide_rows(Backend& b, unsigned seed = 4) {
+  std::mt19937 rng(seed);
+  auto values = [&](std::size_t M, std::size_t K, std::size_t block) {
+    std::vector<T> v(M * K);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (std::size_t m = 0; m < M; ++m)
+      for (std::size_t k0 = 0; k0 < K; k0 += block) {
+        const float magnitude = std::exp2(static_cast<float>(static_cast<int>(rng() % 50) - 25));
+        for (std::size_t k = k0; k < std::min(K, k0 + block); ++k)
+          v[m * K + k] = from_float<T>(rng() % 64 == 0 ? edge_value(rng, magnitude) : u(rng) * magnitude);
+      }
+    return v;
+  };
+  for (const std::size_t K : {std::size_t{256}, std::size_t{608}, std::size_t{1024}}) {
+    for (const tequant::fp8_dtype d : {tequant::fp8_dtype::e4m3, tequant::fp8_dtype::e5m2}) {
+      const std::size_t M = 32;
+      CAPTURE(K);
+      const std::vector<T> xs = values(M, K, 32);
+      const auto rs = tequant::mxfp8_rowwise_scale_shape(M, K);
+      auto x = upload(b, xs);
+      auto rd = b.template make_buffer<std::uint8_t>(M * K);
+      auto rsc = upload(b, std::vector<std::uint8_t>(rs.size(), 0xAB));
+      b.quantize_mxfp8(tequant::matrix_view<const T>{x.data(), M, K}, d, false,
+                       tequant::mxfp8_output{{rd.data(), M * K}, {rsc.data(), rs.size()}, {}, {}});
+      const auto qr = download<Backend, std::uint8_t>(b, rd, M * K);
+      const auto er = download<Backend, std::uint8_t>(b, rsc, rs.size());
+      std::size_t bad = 0;
+      for (std::size_t m = 0; m < M; ++m)
+        for (std::size_t kb = 0; kb < K / 32; ++kb) {
+          float a = 0.0f;
+          for (std::size_t k = kb * 32; k < kb * 32 + 32; ++k) a = std::fmax(a, std::fabs(ref::widen(xs[m * K + k])));
+          const std::uint8_t e = ref::e8m0(a * (1.0f / tequant::fp8_max(d)));
+          bad += er[m * rs.cols + kb] != e;
+          for (std::size_t k = kb * 32; k < kb * 32 + 32; ++k)
+            bad += qr[m * K + k] != ref::encode(d, ref::widen(xs[m * K + k]) * ref::e8m0_mult(e));
+        }
+      CHECK(bad == 0);
+    }
+  }
+  for (const std::size_t K : {std::size_t{1024}, std::size_t{2181}}) {
+    for (int variant = 0; variant < 4; ++variant) {
+      const std::size_t M = 3;
+      const bool pow2 = variant % 2 == 0;
+      const float eps = variant == 3 ? 1.0e-3f : 0.0f;
+      const auto d = variant == 2 ? tequant::fp8_dtype::e5m2 : tequant::fp8_dtype::e4m3;
+      CAPTURE(K);
+      CAPTURE(variant);
+      const std::vector<T> xs = values(M, K, 128);
+      const auto rs = tequant::block_1d_rowwise_scale_shape(M, K);
+      auto x = upload(b, xs);
+      auto rd = b.template make_buffer<std::uint8_t>(M * K);
+      auto rsc = upload(b, std::vector<float>(rs.size(), -7.0f));
+      b.quantize_block(tequant::matrix_view<const T>{x.data(), M, K}, d, false, pow2, eps,
+                       tequant::block_output{{rd.data(), M * K}, {rsc.data(), rs.size()}, {}, {}});
+      const auto qr = download<Backend, std::uint8_t>(b, rd, M * K);
+      const auto sr = download<Backend, float>(b, rsc, rs.size());
+      std::size_t bad = 0;
+      for (std::size_t r = 0; r < rs.rows; ++r)
+        for (std::size_t c = 0; c < rs.cols; ++c) {
+          if (r * 128 >= K || c >= M) {
+            bad += !same_bits(sr[r * rs.cols + c], 0.0f);
+            continue;
+          }
+          float a = 0.0f;
+          for (std::size_t k = r * 128; k < std::min(K, r * 128 + 128); ++k) a = std::fmax(a, std::fabs(ref::widen(xs[c * K + k])));
+          const float s = ref::scale_from_amax(a, tequant::fp8_max(d), pow2, eps, ref::input_max<T>());
+          bad += !same_bits(sr[r * rs.cols + c], static_cast<float>(1.0 / static_cast<double>(s)));
+          for (std::size_t k = r * 128; k < std::min(K, r * 128 + 128); ++k)
+            bad += qr[c * K + k] != ref::encode(d, ref::widen(xs[c * K + k]) * s);
+        }
+      CHECK(bad == 0);
+    }
+  }
+}
+
 /// Wrong shapes and sizes raise tequant::error naming the tensor and the rule.
 template <class Backend>
 void check_shape_errors(Backend& b) {

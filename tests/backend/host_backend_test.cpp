@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The backend suite on host_backend. This file is compiled twice: with the project's default flags
-// (portable loops) and, where the compiler supports it, with -march=native (the AVX2 paths).
+// The backend suite on host_backend. This file is compiled three times: with the project's default
+// flags (AVX2 kernels chosen at run time where the CPU has them), with -march=native (the same kernels
+// inlined), and with TEQUANT_DISABLE_HOST_SIMD (the portable loops only).
 #include <doctest/doctest.h>
 
 #include "backend/backend_suite.hpp"
@@ -23,6 +24,11 @@ TEST_CASE_TEMPLATE("host MXFP8 quantize [" TEQUANT_TEST_VARIANT "]", T, float, t
 TEST_CASE_TEMPLATE("host FP8 block quantize [" TEQUANT_TEST_VARIANT "]", T, float, tequant::bf16, tequant::fp16) {
   tequant::host_backend b;
   backend_suite::check_block<T>(b);
+}
+
+TEST_CASE_TEMPLATE("host MXFP8 and block rowwise on long rows [" TEQUANT_TEST_VARIANT "]", T, float, tequant::bf16, tequant::fp16) {
+  tequant::host_backend b;
+  backend_suite::check_wide_rows<T>(b);
 }
 
 TEST_CASE("host shape errors [" TEQUANT_TEST_VARIANT "]") {

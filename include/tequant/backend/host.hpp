@@ -263,18 +263,9 @@ struct host_backend {
         if (col) std::memcpy(o.columnwise_scale.data() + mb * cs.cols, code.data(), K);
         continue;
       }
-      if (row) {
-        for (std::size_t r = 0; r < 32; ++r) {
-          const std::size_t m = mb * 32 + r;
-          const T* src = blk + r * K;
-          for (std::size_t kb = 0; kb < KB; ++kb) {
-            const std::uint8_t e = encode_e8m0(detail::amax_host(src + kb * 32, 32) * rcp);
-            o.rowwise_scale[m * rs.cols + kb] = e;
-            detail::scale_encode_host<D>(src + kb * 32, 32, e8m0_multiplier(e), o.rowwise_data.data() + m * K + kb * 32,
-                                         nullptr);
-          }
-        }
-      }
+      if (row)
+        detail::mxfp8_rowwise_host<D>(blk, 32, K, o.rowwise_data.data() + mb * 32 * K, o.rowwise_scale.data() + mb * 32 * rs.cols,
+                                      rs.cols);
       if (col) {
         for (std::size_t k = 0; k < K; ++k) {
           const std::uint8_t e = encode_e8m0(detail::bits_float(colmax[k]) * rcp);
@@ -323,18 +314,9 @@ struct host_backend {
         }
         continue;
       }
-      if (row) {
-        for (std::size_t r = 0; r < nr; ++r) {
-          const std::size_t m = r0 + r;
-          const T* src = blk + r * K;
-          for (std::size_t kb = 0; kb < KB; ++kb) {
-            const std::size_t c0 = kb * 128, len = K - c0 < 128 ? K - c0 : 128;
-            const float s = scale_from_amax(detail::amax_host(src + c0, len), fmax, pow2, eps, vinf);
-            o.rowwise_scale_inv[kb * rs.cols + m] = 1.0f / s;
-            detail::scale_encode_host<D>(src + c0, len, s, o.rowwise_data.data() + m * K + c0, nullptr);
-          }
-        }
-      }
+      if (row)
+        detail::block_rowwise_host<D>(blk, nr, K, o.rowwise_data.data() + r0 * K, o.rowwise_scale_inv.data() + r0, rs.cols,
+                                      pow2, eps, vinf);
       if (col) {
         for (std::size_t k = 0; k < K; ++k) {
           scale[k] = scale_from_amax(detail::bits_float(colmax[k]), fmax, pow2, eps, vinf);

@@ -2,23 +2,26 @@
 // Host inner loops: |x| max and x*scale -> FP8, bit-exact with format/fp8.hpp.
 //
 // GCC 12 does not vectorise a float max reduction without finite-math flags (which would break the
-// NaN/inf rules), nor the branchy FP8 encoder. The AVX2 path below is compiled when the translation
-// unit targets AVX2 (-mavx2 / -march=...); every other target gets the portable scalar loops, whose
-// amax uses an integer max over sign-cleared bit patterns with NaN mapped to 0 (clang vectorises it).
+// NaN/inf rules), nor the branchy FP8 encoder. So on x86 with g++/clang every kernel has an AVX2 + F16C
+// version compiled with a target attribute (whatever flags the user's translation unit has) and chosen
+// at run time by host_has_avx2(); every other target gets the portable scalar loops, whose amax uses an
+// integer max over sign-cleared bit patterns with NaN mapped to 0 (clang vectorises it). Both versions
+// produce the same bits: the vector code uses the same IEEE operations and integer encoders.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
+#include "tequant/config.hpp"
 #include "tequant/format/bits.hpp"
+#include "tequant/format/e8m0.hpp"
 #include "tequant/format/fp8.hpp"
 #include "tequant/format/half.hpp"
+#include "tequant/format/scale.hpp"
 
-#if defined(__AVX2__)
+#if TEQUANT_HAS_X86_TARGET_ATTRIBUTES
+#  include <cpuid.h>
 #  include <immintrin.h>
-#  define TEQUANT_HOST_AVX2 1
-#else
-#  define TEQUANT_HOST_AVX2 0
 #endif
 
 namespace tequant::detail {
@@ -31,16 +34,6 @@ inline float widen(const T& v) noexcept { return to_float(v); }
 inline std::uint32_t amax_key(float f) noexcept {
   const std::uint32_t a = float_bits(f) & 0x7FFFFFFFu;
   return a > 0x7F800000u ? 0u : a;
-}
-
-template <class T>
-inline std::uint32_t amax_bits_scalar(const T* x, std::size_t n) noexcept {
-  std::uint32_t m = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::uint32_t k = amax_key(widen(x[i]));
-    m = k > m ? k : m;
-  }
-  return m;
 }
 
 /// Per-format constants of the branch-free encoder.
@@ -59,55 +52,159 @@ struct fp8_traits<fp8_dtype::e5m2> {
   static constexpr std::uint8_t (*encode)(float) noexcept = &encode_e5m2;
 };
 
-#if TEQUANT_HOST_AVX2
+// ---- portable loops (every target; the tails of the vector loops) ---------------------------------
 
 template <class T>
-inline __m256 load8(const T* p) noexcept;
-template <>
-inline __m256 load8<float>(const float* p) noexcept { return _mm256_loadu_ps(p); }
-template <>
-inline __m256 load8<bf16>(const bf16* p) noexcept {
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+inline std::uint32_t amax_bits_scalar(const T* x, std::size_t n) noexcept {
+  std::uint32_t m = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t k = amax_key(widen(x[i]));
+    m = k > m ? k : m;
+  }
+  return m;
 }
-#  if defined(__F16C__)
-template <>
-inline __m256 load8<fp16>(const fp16* p) noexcept {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+
+/// out[i] = fp8(x[i] * scale); returns the max amax key of x when `with_amax` (else 0).
+template <fp8_dtype D, class T>
+inline std::uint32_t scale_encode_scalar(const T* x, std::size_t n, float scale, std::uint8_t* out, bool with_amax) noexcept {
+  std::uint32_t m = 0;
+  for (std::size_t t = 0; t < n; ++t) {
+    const float v = widen(x[t]);
+    if (with_amax) {
+      const std::uint32_t k = amax_key(v);
+      m = k > m ? k : m;
+    }
+    out[t] = fp8_traits<D>::encode(v * scale);
+  }
+  return m;
 }
-#    define TEQUANT_HOST_F16C 1
-#  endif
+
+template <fp8_dtype D, class T>
+inline void scale_encode_each_scalar(const T* x, std::size_t n, const float* scale, std::uint8_t* out) noexcept {
+  for (std::size_t t = 0; t < n; ++t) out[t] = fp8_traits<D>::encode(widen(x[t]) * scale[t]);
+}
 
 template <class T>
-inline constexpr bool avx2_input = std::is_same_v<T, float> || std::is_same_v<T, bf16>
-#  if defined(TEQUANT_HOST_F16C)
-                                   || std::is_same_v<T, fp16>
-#  endif
-    ;
+inline void column_amax_scalar(const T* x, std::size_t n, std::uint32_t* colmax) noexcept {
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t k = amax_key(widen(x[i]));
+    colmax[i] = k > colmax[i] ? k : colmax[i];
+  }
+}
+
+/// MXFP8 rowwise quantization of one 1x32 block: E8M0 code of amax / fp8_max, then the cast.
+template <fp8_dtype D, class T>
+inline std::uint8_t mxfp8_block_scalar(const T* src, std::uint8_t* dst) noexcept {
+  constexpr float rcp = 1.0f / fp8_max(D);  // TE multiplies by the fp32 reciprocal
+  const std::uint8_t e = encode_e8m0(bits_float(amax_bits_scalar(src, 32)) * rcp);
+  scale_encode_scalar<D>(src, 32, e8m0_multiplier(e), dst, false);
+  return e;
+}
+
+/// Rows [0, M) of x [M, K] (K a multiple of 32) in 1x32 blocks: data [M, K], E8M0 codes at
+/// scale[m * scale_cols + k / 32].
+template <fp8_dtype D, class T>
+inline void mxfp8_rowwise_scalar(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, std::uint8_t* scale,
+                                 std::size_t scale_cols) noexcept {
+  for (std::size_t m = 0; m < M; ++m)
+    for (std::size_t kb = 0; kb < K / 32; ++kb)
+      scale[m * scale_cols + kb] = mxfp8_block_scalar<D>(x + m * K + kb * 32, data + m * K + kb * 32);
+}
+
+/// FP8 block scaling of one 1xlen tile (len <= 128): scale_from_amax, cast; returns the scale.
+template <fp8_dtype D, class T>
+inline float block_tile_scalar(const T* src, std::size_t len, std::uint8_t* dst, bool pow2, float eps,
+                               float value_for_inf) noexcept {
+  const float s = scale_from_amax(bits_float(amax_bits_scalar(src, len)), fp8_max(D), pow2, eps, value_for_inf);
+  scale_encode_scalar<D>(src, len, s, dst, false);
+  return s;
+}
+
+/// Rows [0, M) of x [M, K] in 1x128 tiles (the last one partial): data [M, K], scale_inv (1/scale) of
+/// row m, tile kb at scale_inv[kb * scale_stride + m] (TE's transposed 1x128 scale layout).
+template <fp8_dtype D, class T>
+inline void block_rowwise_scalar(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, float* scale_inv,
+                                 std::size_t scale_stride, bool pow2, float eps, float value_for_inf) noexcept {
+  for (std::size_t m = 0; m < M; ++m)
+    for (std::size_t c0 = 0; c0 < K; c0 += 128) {
+      const std::size_t len = K - c0 < 128 ? K - c0 : 128;
+      const float s = block_tile_scalar<D>(x + m * K + c0, len, data + m * K + c0, pow2, eps, value_for_inf);
+      scale_inv[(c0 / 128) * scale_stride + m] = 1.0f / s;
+    }
+}
+
+// ---- AVX2 + F16C (x86, chosen at run time) ---------------------------------------------------------
+
+#if TEQUANT_HAS_X86_TARGET_ATTRIBUTES
+namespace avx2 {
+
+template <class T>
+inline constexpr bool input = std::is_same_v<T, float> || std::is_same_v<T, bf16> || std::is_same_v<T, fp16>;
+
+template <class T>
+TEQUANT_TARGET_AVX2 inline __m256 load8(const T* p) noexcept {
+  if constexpr (std::is_same_v<T, float>) {
+    return _mm256_loadu_ps(p);
+  } else if constexpr (std::is_same_v<T, bf16>) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  } else {
+    static_assert(std::is_same_v<T, fp16>);
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+}
 
 /// amax keys of 8 lanes (sign cleared, NaN -> 0) as int32; all values are in [0, 0x7F800000].
-inline __m256i amax_key8(__m256 v) noexcept {
+TEQUANT_TARGET_AVX2 inline __m256i amax_key8(__m256 v) noexcept {
   const __m256i a = _mm256_and_si256(_mm256_castps_si256(v), _mm256_set1_epi32(0x7FFFFFFF));
   const __m256i nan = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7F800000));
   return _mm256_andnot_si256(nan, a);
 }
 
-inline std::uint32_t hmax_epi32(__m256i m) noexcept {
+/// 8 lanes of amax keys whose max is the amax key of the 32 elements at p.
+template <class T>
+TEQUANT_TARGET_AVX2 inline __m256i keys32(const T* p) noexcept {
+  if constexpr (std::is_same_v<T, bf16>) {
+    // On the 16-bit patterns directly: the key of a bf16 is its sign-cleared bits << 16, NaN above 0x7F80.
+    const __m256i mag = _mm256_set1_epi16(0x7FFF), inf = _mm256_set1_epi16(0x7F80);
+    __m256i k0 = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), mag);
+    __m256i k1 = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)), mag);
+    k0 = _mm256_andnot_si256(_mm256_cmpgt_epi16(k0, inf), k0);
+    k1 = _mm256_andnot_si256(_mm256_cmpgt_epi16(k1, inf), k1);
+    const __m256i m = _mm256_max_epi16(k0, k1);
+    const __m256i m32 = _mm256_max_epi32(_mm256_and_si256(m, _mm256_set1_epi32(0xFFFF)), _mm256_srli_epi32(m, 16));
+    return _mm256_slli_epi32(m32, 16);
+  } else {
+    return _mm256_max_epi32(_mm256_max_epi32(amax_key8(load8(p)), amax_key8(load8(p + 8))),
+                            _mm256_max_epi32(amax_key8(load8(p + 16)), amax_key8(load8(p + 24))));
+  }
+}
+
+TEQUANT_TARGET_AVX2 inline std::uint32_t hmax_epi32(__m256i m) noexcept {
   __m128i r = _mm_max_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
   r = _mm_max_epi32(r, _mm_shuffle_epi32(r, 0x4E));
   r = _mm_max_epi32(r, _mm_shuffle_epi32(r, 0xB1));
   return static_cast<std::uint32_t>(_mm_cvtsi128_si32(r));
 }
 
+/// Lane b of the result = max over the 8 lanes of m[b] (eight horizontal maxima in 21 instructions).
+TEQUANT_TARGET_AVX2 inline __m256i transpose_max8(const __m256i* m) noexcept {
+  const __m256i a01 = _mm256_max_epi32(_mm256_unpacklo_epi32(m[0], m[1]), _mm256_unpackhi_epi32(m[0], m[1]));
+  const __m256i a23 = _mm256_max_epi32(_mm256_unpacklo_epi32(m[2], m[3]), _mm256_unpackhi_epi32(m[2], m[3]));
+  const __m256i a45 = _mm256_max_epi32(_mm256_unpacklo_epi32(m[4], m[5]), _mm256_unpackhi_epi32(m[4], m[5]));
+  const __m256i a67 = _mm256_max_epi32(_mm256_unpacklo_epi32(m[6], m[7]), _mm256_unpackhi_epi32(m[6], m[7]));
+  const __m256i b03 = _mm256_max_epi32(_mm256_unpacklo_epi64(a01, a23), _mm256_unpackhi_epi64(a01, a23));
+  const __m256i b47 = _mm256_max_epi32(_mm256_unpacklo_epi64(a45, a67), _mm256_unpackhi_epi64(a45, a67));
+  return _mm256_max_epi32(_mm256_permute2x128_si256(b03, b47, 0x20), _mm256_permute2x128_si256(b03, b47, 0x31));
+}
+
 /// Branch-free x -> FP8 code for 8 lanes, as int32 in [0, 255]. Normal targets: integer RNE on the
 /// rebased bits; subnormal targets: |y| * 2^(bias+mant-1) is exact and cvtps rounds to nearest even
 /// (rounding up to 2^mant gives the smallest normal code, which is the right answer).
 template <fp8_dtype D>
-inline __m256i encode8(__m256 y) noexcept {
+TEQUANT_TARGET_AVX2 inline __m256i encode8(__m256 y) noexcept {
   using tr = fp8_traits<D>;
   constexpr int drop = 23 - tr::mant;
-  constexpr std::uint32_t max_exp = (tr::max_code >> tr::mant) - tr::bias + 127;
-  constexpr std::uint32_t max_bits = (max_exp << 23) | ((tr::max_code & ((1u << tr::mant) - 1)) << drop);
   constexpr std::uint32_t min_normal_bits = static_cast<std::uint32_t>(127 - tr::bias + 1) << 23;
   const __m256i u = _mm256_castps_si256(y);
   const __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
@@ -122,15 +219,16 @@ inline __m256i encode8(__m256 y) noexcept {
   // a < min_normal_bits  <=>  min_normal_bits > a  (all values non-negative as int32)
   const __m256i is_sub = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(min_normal_bits)), a);
   __m256i code = _mm256_blendv_epi8(normal, sub, is_sub);
-  const __m256i sat = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(static_cast<int>(max_bits - 1)));
-  code = _mm256_blendv_epi8(code, _mm256_set1_epi32(static_cast<int>(tr::max_code)), sat);
+  // The normal code grows with |y| and reaches max_code exactly at the largest finite value, so
+  // saturation (including inf and NaN, fixed below) is a min.
+  code = _mm256_min_epi32(code, _mm256_set1_epi32(static_cast<int>(tr::max_code)));
   code = _mm256_or_si256(code, sign);
   const __m256i nan = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7F800000));
   return _mm256_blendv_epi8(code, _mm256_set1_epi32(0x7F), nan);
 }
 
 /// Packs 32 int32 codes (four vectors, in order) into 32 bytes.
-inline void store32(std::uint8_t* out, __m256i c0, __m256i c1, __m256i c2, __m256i c3) noexcept {
+TEQUANT_TARGET_AVX2 inline void store32(std::uint8_t* out, __m256i c0, __m256i c1, __m256i c2, __m256i c3) noexcept {
   const __m256i p01 = _mm256_packus_epi32(c0, c1);  // lanes interleaved by 128-bit halves
   const __m256i p23 = _mm256_packus_epi32(c2, c3);
   const __m256i b = _mm256_packus_epi16(p01, p23);
@@ -138,101 +236,277 @@ inline void store32(std::uint8_t* out, __m256i c0, __m256i c1, __m256i c2, __m25
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), fixed);
 }
 
-#endif  // TEQUANT_HOST_AVX2
+/// out[0..32) = fp8(x[0..32) * s).
+template <fp8_dtype D, class T>
+TEQUANT_TARGET_AVX2 inline void encode32(const T* x, __m256 s, std::uint8_t* out) noexcept {
+  store32(out, encode8<D>(_mm256_mul_ps(load8(x), s)), encode8<D>(_mm256_mul_ps(load8(x + 8), s)),
+          encode8<D>(_mm256_mul_ps(load8(x + 16), s)), encode8<D>(_mm256_mul_ps(load8(x + 24), s)));
+}
+
+/// Prefetches [p, p + bytes) into L1. The grouped kernels read a group twice (amax, then cast from L1);
+/// without this the first read is a burst of loads with nothing to overlap the memory latency with.
+TEQUANT_TARGET_AVX2 inline void prefetch_bytes(const void* p, std::size_t bytes) noexcept {
+  for (std::size_t o = 0; o < bytes; o += 64) _mm_prefetch(static_cast<const char*>(p) + o, _MM_HINT_T0);
+}
+
+/// How far ahead of the group being cast the next groups are prefetched: at least one group, and at
+/// least 2 KiB (the bandwidth-latency product of one core, roughly).
+inline constexpr std::size_t prefetch_ahead(std::size_t group_bytes) noexcept { return group_bytes < 2048 ? 2048 : group_bytes; }
+
+/// Lane b of v broadcast to all lanes.
+TEQUANT_TARGET_AVX2 inline __m256 lane(__m256 v, int b) noexcept { return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(b)); }
+
+template <class T>
+TEQUANT_TARGET_AVX2 inline std::uint32_t amax(const T* x, std::size_t n) noexcept {
+  std::size_t i = 0;
+  __m256i m0 = _mm256_setzero_si256(), m1 = m0;
+  for (; i + 64 <= n; i += 64) {
+    m0 = _mm256_max_epi32(m0, keys32(x + i));
+    m1 = _mm256_max_epi32(m1, keys32(x + i + 32));
+  }
+  if (i + 32 <= n) {
+    m0 = _mm256_max_epi32(m0, keys32(x + i));
+    i += 32;
+  }
+  const std::uint32_t m = hmax_epi32(_mm256_max_epi32(m0, m1));
+  const std::uint32_t t = amax_bits_scalar(x + i, n - i);
+  return t > m ? t : m;
+}
+
+template <fp8_dtype D, class T>
+TEQUANT_TARGET_AVX2 inline std::uint32_t scale_encode(const T* x, std::size_t n, float scale, std::uint8_t* out,
+                                                      bool with_amax) noexcept {
+  std::size_t i = 0;
+  const __m256 s = _mm256_set1_ps(scale);
+  __m256i mk = _mm256_setzero_si256();
+  for (; i + 32 <= n; i += 32) {
+    const __m256 v0 = load8(x + i), v1 = load8(x + i + 8), v2 = load8(x + i + 16), v3 = load8(x + i + 24);
+    if (with_amax) {
+      mk = _mm256_max_epi32(mk, _mm256_max_epi32(_mm256_max_epi32(amax_key8(v0), amax_key8(v1)),
+                                                 _mm256_max_epi32(amax_key8(v2), amax_key8(v3))));
+    }
+    store32(out + i, encode8<D>(_mm256_mul_ps(v0, s)), encode8<D>(_mm256_mul_ps(v1, s)), encode8<D>(_mm256_mul_ps(v2, s)),
+            encode8<D>(_mm256_mul_ps(v3, s)));
+  }
+  const std::uint32_t m = hmax_epi32(mk);
+  const std::uint32_t t = scale_encode_scalar<D>(x + i, n - i, scale, out + i, with_amax);
+  return t > m ? t : m;
+}
+
+template <fp8_dtype D, class T>
+TEQUANT_TARGET_AVX2 inline void scale_encode_each(const T* x, std::size_t n, const float* scale, std::uint8_t* out) noexcept {
+  std::size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    store32(out + i, encode8<D>(_mm256_mul_ps(load8(x + i), _mm256_loadu_ps(scale + i))),
+            encode8<D>(_mm256_mul_ps(load8(x + i + 8), _mm256_loadu_ps(scale + i + 8))),
+            encode8<D>(_mm256_mul_ps(load8(x + i + 16), _mm256_loadu_ps(scale + i + 16))),
+            encode8<D>(_mm256_mul_ps(load8(x + i + 24), _mm256_loadu_ps(scale + i + 24))));
+  }
+  scale_encode_each_scalar<D>(x + i, n - i, scale + i, out + i);
+}
+
+template <class T>
+TEQUANT_TARGET_AVX2 inline void column_amax(const T* x, std::size_t n, std::uint32_t* colmax) noexcept {
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256i* c = reinterpret_cast<__m256i*>(colmax + i);
+    _mm256_storeu_si256(c, _mm256_max_epi32(_mm256_loadu_si256(c), amax_key8(load8(x + i))));
+  }
+  column_amax_scalar(x + i, n - i, colmax + i);
+}
+
+/// encode_e8m0(bits_float(amax) * (1 / fp8_max)) for 8 lanes of non-NaN amax bits.
+template <fp8_dtype D>
+TEQUANT_TARGET_AVX2 inline __m256i e8m0_codes8(__m256i amax_bits) noexcept {
+  constexpr float rcp = 1.0f / fp8_max(D);
+  const __m256i a = _mm256_castps_si256(_mm256_mul_ps(_mm256_castsi256_ps(amax_bits), _mm256_set1_ps(rcp)));
+  const __m256i e = _mm256_srli_epi32(a, 23);
+  const __m256i mant = _mm256_and_si256(a, _mm256_set1_epi32(0x7FFFFF));
+  // Round the exponent up when the mantissa is non-zero; exponent 0 (denormal) holds up to 2^-127.
+  const __m256i thr = _mm256_and_si256(_mm256_cmpeq_epi32(e, _mm256_setzero_si256()), _mm256_set1_epi32(0x400000));
+  const __m256i up = _mm256_cmpgt_epi32(mant, thr);  // -1 where the exponent rounds up
+  return _mm256_min_epi32(_mm256_sub_epi32(e, up), _mm256_set1_epi32(0xFE));  // inf and overflow -> 254
+}
+
+/// e8m0_multiplier for 8 codes in [0, 254].
+TEQUANT_TARGET_AVX2 inline __m256 e8m0_multipliers8(__m256i e) noexcept {
+  const __m256i m = _mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(254), e), 23);
+  return _mm256_castsi256_ps(_mm256_blendv_epi8(m, _mm256_set1_epi32(0x00400000), _mm256_cmpeq_epi32(e, _mm256_set1_epi32(0xFE))));
+}
+
+/// Eight int32 values in [0, 255] -> eight bytes.
+TEQUANT_TARGET_AVX2 inline void store8_bytes(std::uint8_t* out, __m256i v) noexcept {
+  const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm_packus_epi16(w, w));
+}
+
+// Eight blocks at a time: their amaxes land in one vector (no per-block horizontal reduction and no
+// scalar scale code on the critical path), the scales are computed 8-wide, then each block is cast
+// from L1 with its scale broadcast from that vector.
+template <fp8_dtype D, class T>
+TEQUANT_TARGET_AVX2 inline void mxfp8_rowwise(const T* x, std::size_t M, std::size_t K, std::uint8_t* data,
+                                              std::uint8_t* scale, std::size_t scale_cols) noexcept {
+  constexpr float rcp = 1.0f / fp8_max(D);
+  constexpr std::size_t ahead = prefetch_ahead(8 * 32 * sizeof(T));
+  const std::size_t KB = K / 32;
+  for (std::size_t m = 0; m < M; ++m) {
+    const T* src = x + m * K;
+    std::uint8_t* dst = data + m * K;
+    std::uint8_t* sc = scale + m * scale_cols;
+    std::size_t kb = 0;
+    for (; kb + 8 <= KB; kb += 8) {
+      const T* p = src + kb * 32;
+      __m256i bm[8];
+      for (int b = 0; b < 8; ++b) bm[b] = keys32(p + b * 32);
+      const __m256i e = e8m0_codes8<D>(transpose_max8(bm));
+      store8_bytes(sc + kb, e);
+      const __m256 mult = e8m0_multipliers8(e);
+      for (int b = 0; b < 8; ++b) {
+        prefetch_bytes(p + b * 32 + ahead / sizeof(T), 32 * sizeof(T));
+        encode32<D>(p + b * 32, lane(mult, b), dst + kb * 32 + b * 32);
+      }
+    }
+    for (; kb < KB; ++kb) {
+      const std::uint8_t e = encode_e8m0(bits_float(hmax_epi32(keys32(src + kb * 32))) * rcp);
+      sc[kb] = e;
+      encode32<D>(src + kb * 32, _mm256_set1_ps(e8m0_multiplier(e)), dst + kb * 32);
+    }
+  }
+}
+
+/// scale_from_amax for 8 lanes of non-NaN amax bits (same IEEE operations, same order of cases).
+template <fp8_dtype D>
+TEQUANT_TARGET_AVX2 inline __m256 block_scales8(__m256i amax_bits, bool pow2, float eps, float value_for_inf) noexcept {
+  const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF), inf_bits = _mm256_set1_epi32(0x7F800000);
+  __m256 a = _mm256_castsi256_ps(amax_bits);
+  const __m256 e = _mm256_set1_ps(eps);
+  a = _mm256_blendv_ps(a, e, _mm256_cmp_ps(a, e, _CMP_LT_OQ));
+  const __m256i ab = _mm256_and_si256(_mm256_castps_si256(a), abs_mask);
+  const __m256 one = _mm256_or_ps(_mm256_cmp_ps(a, _mm256_setzero_ps(), _CMP_EQ_OQ),
+                                  _mm256_castsi256_ps(_mm256_cmpgt_epi32(ab, _mm256_set1_epi32(0x7F7FFFFF))));
+  __m256 s = _mm256_div_ps(_mm256_set1_ps(fp8_max(D)), a);
+  const __m256i s_inf = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_castps_si256(s), abs_mask), inf_bits);
+  s = _mm256_blendv_ps(s, _mm256_set1_ps(value_for_inf), _mm256_castsi256_ps(s_inf));
+  if (pow2) s = _mm256_and_ps(s, _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(0xFF800000u))));
+  return _mm256_blendv_ps(s, _mm256_set1_ps(1.0f), one);
+}
+
+template <fp8_dtype D, class T>
+TEQUANT_TARGET_AVX2 inline void block_rowwise(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, float* scale_inv,
+                                              std::size_t scale_stride, bool pow2, float eps, float value_for_inf) noexcept {
+  constexpr std::size_t ahead = prefetch_ahead(8 * 128 * sizeof(T));
+  const std::size_t full = K / 1024 * 1024;  // columns covered by groups of eight full 1x128 tiles
+  for (std::size_t m = 0; m < M; ++m) {
+    const T* src = x + m * K;
+    std::uint8_t* dst = data + m * K;
+    for (std::size_t c0 = 0; c0 < full; c0 += 1024) {
+      const T* p = src + c0;
+      __m256i bm[8];
+      for (int b = 0; b < 8; ++b) {
+        const T* t = p + b * 128;
+        bm[b] = _mm256_max_epi32(_mm256_max_epi32(keys32(t), keys32(t + 32)), _mm256_max_epi32(keys32(t + 64), keys32(t + 96)));
+      }
+      const __m256 s = block_scales8<D>(transpose_max8(bm), pow2, eps, value_for_inf);
+      alignas(32) float inv[8];
+      _mm256_store_ps(inv, _mm256_div_ps(_mm256_set1_ps(1.0f), s));
+      for (int b = 0; b < 8; ++b) scale_inv[(c0 / 128 + static_cast<std::size_t>(b)) * scale_stride + m] = inv[b];
+      for (int b = 0; b < 8; ++b) {
+        prefetch_bytes(p + b * 128 + ahead / sizeof(T), 128 * sizeof(T));
+        const __m256 sb = lane(s, b);
+        for (int q = 0; q < 4; ++q) encode32<D>(p + b * 128 + q * 32, sb, dst + c0 + b * 128 + q * 32);
+      }
+    }
+    for (std::size_t c0 = full; c0 < K; c0 += 128) {
+      const std::size_t len = K - c0 < 128 ? K - c0 : 128;
+      const float s = scale_from_amax(bits_float(amax(src + c0, len)), fp8_max(D), pow2, eps, value_for_inf);
+      scale_inv[(c0 / 128) * scale_stride + m] = 1.0f / s;
+      scale_encode<D>(src + c0, len, s, dst + c0, false);
+    }
+  }
+}
+
+}  // namespace avx2
+#endif  // TEQUANT_HAS_X86_TARGET_ATTRIBUTES
+
+/// Whether the AVX2 + F16C kernels can run here. Checked once; the function-local static makes the
+/// first call thread-safe and the answer never changes within a process.
+inline bool host_has_avx2() noexcept {
+#if TEQUANT_HOST_AVX2_BASELINE
+  return true;
+#elif TEQUANT_HAS_X86_TARGET_ATTRIBUTES
+  static const bool yes = [] {
+    __builtin_cpu_init();  // in case this runs before the CPU model is initialised (static initialisers)
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    // __builtin_cpu_supports("avx2") also checks that the OS saves the YMM state.
+    return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
+  }();
+  return yes;
+#else
+  return false;
+#endif
+}
+
+#if TEQUANT_HAS_X86_TARGET_ATTRIBUTES
+#  define TEQUANT_HOST_DISPATCH(T, call)                  \
+    if constexpr (avx2::input<T>) {                       \
+      if (host_has_avx2()) return avx2::call;             \
+    }
+#else
+#  define TEQUANT_HOST_DISPATCH(T, call)
+#endif
 
 /// max over |x| of the non-NaN values, as float bits (>= 0).
 template <class T>
 inline float amax_host(const T* x, std::size_t n) noexcept {
-  std::size_t i = 0;
-  std::uint32_t m = 0;
-#if TEQUANT_HOST_AVX2
-  if constexpr (avx2_input<T>) {
-    __m256i m0 = _mm256_setzero_si256(), m1 = m0, m2 = m0, m3 = m0;
-    for (; i + 32 <= n; i += 32) {
-      m0 = _mm256_max_epi32(m0, amax_key8(load8(x + i)));
-      m1 = _mm256_max_epi32(m1, amax_key8(load8(x + i + 8)));
-      m2 = _mm256_max_epi32(m2, amax_key8(load8(x + i + 16)));
-      m3 = _mm256_max_epi32(m3, amax_key8(load8(x + i + 24)));
-    }
-    m = hmax_epi32(_mm256_max_epi32(_mm256_max_epi32(m0, m1), _mm256_max_epi32(m2, m3)));
-  }
-#endif
-  const std::uint32_t t = amax_bits_scalar(x + i, n - i);
-  return bits_float(t > m ? t : m);
+  const auto bits = [&]() noexcept -> std::uint32_t {
+    TEQUANT_HOST_DISPATCH(T, amax(x, n))
+    return amax_bits_scalar(x, n);
+  };
+  return bits_float(bits());
 }
 
 /// out[i] = fp8(x[i] * scale); when `amax_bits` is non-null, also max-accumulates amax keys of x
 /// (one read of x for delayed scaling's cast + amax).
 template <fp8_dtype D, class T>
 inline void scale_encode_host(const T* x, std::size_t n, float scale, std::uint8_t* out, std::uint32_t* amax_bits) noexcept {
-  std::size_t i = 0;
-  std::uint32_t m = 0;
-#if TEQUANT_HOST_AVX2
-  if constexpr (avx2_input<T>) {
-    const __m256 s = _mm256_set1_ps(scale);
-    __m256i mk = _mm256_setzero_si256();
-    for (; i + 32 <= n; i += 32) {
-      const __m256 v0 = load8(x + i), v1 = load8(x + i + 8), v2 = load8(x + i + 16), v3 = load8(x + i + 24);
-      if (amax_bits) {
-        mk = _mm256_max_epi32(mk, _mm256_max_epi32(_mm256_max_epi32(amax_key8(v0), amax_key8(v1)),
-                                                   _mm256_max_epi32(amax_key8(v2), amax_key8(v3))));
-      }
-      store32(out + i, encode8<D>(_mm256_mul_ps(v0, s)), encode8<D>(_mm256_mul_ps(v1, s)),
-              encode8<D>(_mm256_mul_ps(v2, s)), encode8<D>(_mm256_mul_ps(v3, s)));
-    }
-    m = hmax_epi32(mk);
-  }
-#endif
-  // Tail (and the whole range without AVX2); indexed from the tail start, which also keeps GCC's
-  // -O3 loop analysis from warning about the vector loop's bound.
-  const T* xt = x + i;
-  std::uint8_t* ot = out + i;
-  const std::size_t rest = n - i;
-  for (std::size_t t = 0; t < rest; ++t) {
-    const float v = widen(xt[t]);
-    if (amax_bits) {
-      const std::uint32_t k = amax_key(v);
-      m = k > m ? k : m;
-    }
-    ot[t] = fp8_traits<D>::encode(v * scale);
-  }
+  const auto run = [&]() noexcept -> std::uint32_t {
+    TEQUANT_HOST_DISPATCH(T, scale_encode<D>(x, n, scale, out, amax_bits != nullptr))
+    return scale_encode_scalar<D>(x, n, scale, out, amax_bits != nullptr);
+  };
+  const std::uint32_t m = run();
   if (amax_bits && m > *amax_bits) *amax_bits = m;
 }
 
 /// out[i] = fp8(x[i] * scale[i]) (per-element multipliers: columnwise blocks).
 template <fp8_dtype D, class T>
 inline void scale_encode_each_host(const T* x, std::size_t n, const float* scale, std::uint8_t* out) noexcept {
-  std::size_t i = 0;
-#if TEQUANT_HOST_AVX2
-  if constexpr (avx2_input<T>) {
-    for (; i + 32 <= n; i += 32) {
-      store32(out + i, encode8<D>(_mm256_mul_ps(load8(x + i), _mm256_loadu_ps(scale + i))),
-              encode8<D>(_mm256_mul_ps(load8(x + i + 8), _mm256_loadu_ps(scale + i + 8))),
-              encode8<D>(_mm256_mul_ps(load8(x + i + 16), _mm256_loadu_ps(scale + i + 16))),
-              encode8<D>(_mm256_mul_ps(load8(x + i + 24), _mm256_loadu_ps(scale + i + 24))));
-    }
-  }
-#endif
-  const std::size_t rest = n - i;
-  for (std::size_t t = 0; t < rest; ++t) out[i + t] = fp8_traits<D>::encode(widen(x[i + t]) * scale[i + t]);
+  TEQUANT_HOST_DISPATCH(T, scale_encode_each<D>(x, n, scale, out))
+  scale_encode_each_scalar<D>(x, n, scale, out);
 }
 
 /// colmax[k] = max(colmax[k], amax key of x[k]) for one row (columnwise block amax).
 template <class T>
 inline void column_amax_host(const T* x, std::size_t n, std::uint32_t* colmax) noexcept {
-  std::size_t i = 0;
-#if TEQUANT_HOST_AVX2
-  if constexpr (avx2_input<T>) {
-    for (; i + 8 <= n; i += 8) {
-      __m256i* c = reinterpret_cast<__m256i*>(colmax + i);
-      _mm256_storeu_si256(c, _mm256_max_epi32(_mm256_loadu_si256(c), amax_key8(load8(x + i))));
-    }
-  }
-#endif
-  for (; i < n; ++i) {
-    const std::uint32_t k = amax_key(widen(x[i]));
-    colmax[i] = k > colmax[i] ? k : colmax[i];
-  }
+  TEQUANT_HOST_DISPATCH(T, column_amax(x, n, colmax))
+  column_amax_scalar(x, n, colmax);
 }
+
+/// MXFP8 1x32 rowwise blocks of x [M, K] (K a multiple of 32); see mxfp8_rowwise_scalar.
+template <fp8_dtype D, class T>
+inline void mxfp8_rowwise_host(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, std::uint8_t* scale,
+                               std::size_t scale_cols) noexcept {
+  TEQUANT_HOST_DISPATCH(T, mxfp8_rowwise<D>(x, M, K, data, scale, scale_cols))
+  mxfp8_rowwise_scalar<D>(x, M, K, data, scale, scale_cols);
+}
+
+/// FP8 block scaling 1x128 rowwise tiles of x [M, K]; see block_rowwise_scalar.
+template <fp8_dtype D, class T>
+inline void block_rowwise_host(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, float* scale_inv,
+                               std::size_t scale_stride, bool pow2, float eps, float value_for_inf) noexcept {
+  TEQUANT_HOST_DISPATCH(T, block_rowwise<D>(x, M, K, data, scale_inv, scale_stride, pow2, eps, value_for_inf))
+  block_rowwise_scalar<D>(x, M, K, data, scale_inv, scale_stride, pow2, eps, value_for_inf);
+}
+
+#undef TEQUANT_HOST_DISPATCH
 
 }  // namespace tequant::detail
