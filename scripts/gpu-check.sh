@@ -24,6 +24,9 @@ NVCC_FLAGS=(-O3 -std=c++20 --expt-relaxed-constexpr "-arch=sm_${ARCH}" -Iinclude
 ( timeout 300 nvcc "${NVCC_FLAGS[@]}" benchmarks/bench_cuda.cu -o "$B/bench_cuda_standalone" >"$B/standalone-build.log" 2>&1
   echo $? >"$B/standalone-build.rc" ) &
 standalone_pid=$!
+( timeout 300 nvcc "${NVCC_FLAGS[@]}" examples/cuda_training.cu -o "$B/cuda_training" >"$B/example-build.log" 2>&1
+  echo $? >"$B/example-build.rc" ) &
+example_pid=$!
 
 # ---- CMake: tests when doctest is there, bench_cuda when Google Benchmark is there -----------------
 common=(-DCMAKE_BUILD_TYPE=Release -DTEQUANT_ENABLE_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=${ARCH}" -DTEQUANT_BUILD_EXAMPLES=OFF
@@ -48,7 +51,7 @@ done
 [ "$configured" = 1 ] || say "CMake configure failed in every configuration; see $LOG"
 targets=()
 avail=$(cmake --build "$B/cmake" --target help 2>/dev/null)
-for t in cuda_numerics_test cuda_backend_test bench_cuda; do
+for t in cuda_numerics_test cuda_backend_test cuda_manager_test bench_cuda; do
   grep -q "^\.\.\. $t\$" <<<"$avail" && targets+=("$t")
 done
 say "building: ${targets[*]:-nothing} (-j${JOBS})"
@@ -67,6 +70,16 @@ if [ "$have_tests" = 1 ] && [ -x "$B/cmake/tests/cuda/cuda_backend_test" ]; then
   grep -E "Test +#|Skipped|Failed" "$B/ctest.log" | tee -a "$LOG"
 elif [ "$have_tests" = 1 ]; then
   tests_status="not built (build failed; see $LOG)"
+fi
+
+# ---- the CUDA example (FP8 training through the manager; exits 1 if it does not learn) -------------
+wait "$example_pid"
+example_status="not built (see $B/example-build.log)"
+if [ "$(cat "$B/example-build.rc" 2>/dev/null)" = 0 ]; then
+  say "running examples/cuda_training"
+  if timeout 60 "$B/cuda_training" >"$B/example.txt" 2>&1; then example_status="passed: $(tail -1 "$B/example.txt")"
+  else example_status="FAILED: $(tail -1 "$B/example.txt") (see $B/example.txt)"; fi
+  tail -3 "$B/example.txt" | tee -a "$LOG"
 fi
 
 # ---- benchmarks -----------------------------------------------------------------------------------
@@ -129,6 +142,7 @@ fi
 echo
 echo "================ tequant CUDA check (sm_${ARCH}, $(date -u +%Y-%m-%dT%H:%MZ), $(($(date +%s) - t0)) s) ================"
 echo "tests: $tests_status"
+echo "example cuda_training: $example_status"
 grep -E '^self-check overall' "$bench_out" || echo "self-check: not run"
 awk -F'|' -v torchfile="$torch_out" '
   BEGIN {
