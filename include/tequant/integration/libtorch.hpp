@@ -12,7 +12,6 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <cfloat>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -20,19 +19,19 @@
 #include <memory>
 #include <mutex>
 #include <queue>
+#include <span>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "tequant/backend/host.hpp"
+#include "tequant/backend/layouts.hpp"
 #include "tequant/boundary/concepts.hpp"
 #include "tequant/checkpoint/frame.hpp"
 #include "tequant/error.hpp"
-#include "tequant/format/bits.hpp"
-#include "tequant/format/e8m0.hpp"
-#include "tequant/format/formats.hpp"
 #include "tequant/format/fp8.hpp"
-#include "tequant/format/scale.hpp"
 #include "tequant/manager_types.hpp"
 #include "tequant/recipe/block.hpp"
 #include "tequant/recipe/current.hpp"
@@ -117,51 +116,79 @@ enum class block_axis : std::uint8_t { rowwise, columnwise };
 
 namespace detail {
 
-inline float fake_cast(float x, float multiplier, float dequant, fp8_dtype t) noexcept {
-  return decode_fp8(t, encode_fp8(t, x * multiplier)) * dequant;
-}
+template <class Recipe>
+constexpr bool per_tensor_recipe = !std::is_same_v<Recipe, mxfp8_scaling> && !std::is_same_v<Recipe, block_scaling>;
 
-/// Per-tensor cast with `scale`; max-accumulates |x| into *amax when amax is not null.
-inline void fake_quantize_per_tensor(const float* x, float* out, std::size_t n, float scale, fp8_dtype t,
-                                     float* amax) noexcept {
-  const float scale_inv = scale_inverse(scale);
-  float m = 0.0f;
-  for (std::size_t i = 0; i < n; ++i) {
-    m = nan_ignoring_max(m, std::fabs(x[i]));
-    out[i] = fake_cast(x[i], scale, scale_inv, t);
-  }
-  if (amax != nullptr) *amax = nan_ignoring_max(*amax, m);
-}
+/// The fake-quantized matrices of one cast: the rowwise and/or columnwise one, as requested.
+struct fake_quantized {
+  torch::Tensor rowwise, columnwise;
+};
 
-inline float tensor_amax(const float* x, std::size_t n) noexcept {
-  float m = 0.0f;
-  for (std::size_t i = 0; i < n; ++i) m = nan_ignoring_max(m, std::fabs(x[i]));
-  return m;
-}
-
-/// Tiles of tr x tc over a rows x cols row-major matrix (edge tiles may be partial); `scales(amax)`
-/// returns {multiplier, dequant} for a tile.
-template <class Scales>
-void fake_quantize_tiles(const float* x, float* out, std::size_t rows, std::size_t cols, std::size_t tr,
-                         std::size_t tc, fp8_dtype t, Scales scales) {
-  for (std::size_t r0 = 0; r0 < rows; r0 += tr) {
-    const std::size_t r1 = std::min(rows, r0 + tr);
-    for (std::size_t c0 = 0; c0 < cols; c0 += tc) {
-      const std::size_t c1 = std::min(cols, c0 + tc);
-      float a = 0.0f;
-      for (std::size_t r = r0; r < r1; ++r)
-        for (std::size_t c = c0; c < c1; ++c) a = nan_ignoring_max(a, std::fabs(x[r * cols + c]));
-      const auto [mult, deq] = scales(a);
-      for (std::size_t r = r0; r < r1; ++r)
-        for (std::size_t c = c0; c < c1; ++c) out[r * cols + c] = fake_cast(x[r * cols + c], mult, deq, t);
+/// Quantizes x2d [M, K] with host_backend (the same code as every other host cast), then dequantizes
+/// each requested direction back to a [M, K] float tensor. Per-tensor recipes always cast and give
+/// one tensor for both directions (the same values); delayed scaling casts with *plan.scale and
+/// max-accumulates into plan.amax, the stateless recipes ignore both pointers.
+template <class Recipe>
+fake_quantized fake_quantize_dirs(const typename Recipe::params_type& params, const cast_plan& plan,
+                                  const torch::Tensor& x2d, gemm_operand operand, bool row, bool col) {
+  detail::require(x2d.dim() == 2 && x2d.scalar_type() == torch::kFloat && x2d.device().is_cpu() &&
+                      x2d.is_contiguous(),
+                  "fake_quantize: expects a contiguous 2-D CPU float32 tensor, got ", x2d.dim(), "-D ",
+                  std::string(c10::toString(x2d.scalar_type())));
+  const host_backend be{};
+  const auto M = static_cast<std::size_t>(x2d.size(0));
+  const auto K = static_cast<std::size_t>(x2d.size(1));
+  const std::size_t n = M * K;
+  const matrix_view<const float> x{x2d.data_ptr<float>(), M, K};
+  const fp8_dtype t = plan.dtype;
+  auto out_span = [](torch::Tensor& o) { return std::span<float>(o.data_ptr<float>(), static_cast<std::size_t>(o.numel())); };
+  std::vector<std::uint8_t> qr(row || per_tensor_recipe<Recipe> ? n : 0), qc(col ? n : 0);
+  fake_quantized r;
+  if constexpr (per_tensor_recipe<Recipe>) {
+    float scale_inv = 1.0f;
+    if constexpr (std::is_same_v<Recipe, current_scaling>) {
+      be.quantize_current(x.data, n, t, params.power_2_scale, params.amax_epsilon, qr.data(), &scale_inv);
+    } else {  // delayed scaling: the manager's scale, amax recorded for the next update
+      detail::require(plan.scale != nullptr, "fake_quantize: ", Recipe::name, " gave no scale for a per-tensor cast");
+      be.quantize_tensor(x.data, n, plan.scale, t, qr.data(), &scale_inv, plan.amax);
+    }
+    r.rowwise = torch::empty_like(x2d);
+    be.dequantize_tensor(qr.data(), n, t, &scale_inv, r.rowwise.data_ptr<float>());
+    r.columnwise = r.rowwise;
+  } else if constexpr (std::is_same_v<Recipe, mxfp8_scaling>) {
+    if (!row && !col) return r;  // a backward that needs neither dgrad nor wgrad
+    const bool tile_2d = operand == gemm_operand::weight && params.weight_2d;
+    // quantize_mxfp8 rejects dims that are not multiples of 32 before these shapes are used
+    std::vector<std::uint8_t> sr(row ? mxfp8_rowwise_scale_shape(M, K).size() : 0),
+        sc(col ? mxfp8_columnwise_scale_shape(M, K).size() : 0);
+    be.quantize_mxfp8(x, t, tile_2d, mxfp8_output{qr, sr, qc, sc});
+    if (row) {
+      r.rowwise = torch::empty_like(x2d);
+      be.dequantize_mxfp8(qr, M, K, t, false, sr, out_span(r.rowwise));
+    }
+    if (col) {
+      r.columnwise = torch::empty_like(x2d);
+      be.dequantize_mxfp8(qc, M, K, t, true, sc, out_span(r.columnwise));
+    }
+  } else {
+    static_assert(std::is_same_v<Recipe, block_scaling>, "fake_quantize: no host cast for this recipe");
+    if (!row && !col) return r;
+    const bool tile_2d = operand == gemm_operand::weight;  // TE: 128x128 weight tiles, 1x128 otherwise
+    const scale_shape rs = tile_2d ? block_2d_rowwise_scale_shape(M, K) : block_1d_rowwise_scale_shape(M, K);
+    const scale_shape cs = tile_2d ? block_2d_columnwise_scale_shape(M, K) : block_1d_columnwise_scale_shape(M, K);
+    std::vector<float> sr(row ? rs.size() : 0), sc(col ? cs.size() : 0);
+    be.quantize_block(x, t, tile_2d, params.power_2_scale, params.amax_epsilon, block_output{qr, sr, qc, sc});
+    if (row) {
+      r.rowwise = torch::empty_like(x2d);
+      be.dequantize_block(qr, M, K, t, tile_2d, false, sr, out_span(r.rowwise));
+    }
+    if (col) {
+      r.columnwise = torch::empty_like(x2d);
+      be.dequantize_block(qc, M, K, t, tile_2d, true, sc, out_span(r.columnwise));
     }
   }
+  return r;
 }
-
-struct tile_factors {
-  float multiplier;
-  float dequant;
-};
 
 }  // namespace detail
 
@@ -171,53 +198,12 @@ struct tile_factors {
 template <class Recipe>
 torch::Tensor fake_quantize(const typename Recipe::params_type& params, const cast_plan& plan,
                             const torch::Tensor& x2d, gemm_operand operand, block_axis axis) {
-  detail::require(x2d.dim() == 2 && x2d.scalar_type() == torch::kFloat && x2d.device().is_cpu() &&
-                      x2d.is_contiguous(),
-                  "fake_quantize: expects a contiguous 2-D CPU float32 tensor, got ", x2d.dim(), "-D ",
-                  std::string(c10::toString(x2d.scalar_type())));
-  torch::Tensor out = torch::empty_like(x2d);
-  const auto rows = static_cast<std::size_t>(x2d.size(0));
-  const auto cols = static_cast<std::size_t>(x2d.size(1));
-  const float* in = x2d.data_ptr<float>();
-  float* o = out.data_ptr<float>();
-  const fp8_dtype t = plan.dtype;
-  if constexpr (std::is_same_v<Recipe, mxfp8_scaling>) {
-    detail::require(rows % 32 == 0 && cols % 32 == 0, "fake_quantize: mxfp8_scaling needs both dims of a ",
-                    rows, "x", cols, " operand to be multiples of 32");
-    const bool tile2d = operand == gemm_operand::weight && params.weight_2d;
-    const std::size_t tr = tile2d ? 32 : (axis == block_axis::rowwise ? 1 : 32);
-    const std::size_t tc = tile2d ? 32 : (axis == block_axis::rowwise ? 32 : 1);
-    const float recip = 1.0f / fp8_max(t);
-    detail::fake_quantize_tiles(in, o, rows, cols, tr, tc, t, [recip](float a) {
-      const std::uint8_t e = encode_e8m0(a * recip);
-      return detail::tile_factors{e8m0_multiplier(e), decode_e8m0(e)};
-    });
-  } else if constexpr (std::is_same_v<Recipe, block_scaling>) {
-    const bool tile2d = operand == gemm_operand::weight;
-    const std::size_t tr = tile2d ? 128 : (axis == block_axis::rowwise ? 1 : 128);
-    const std::size_t tc = tile2d ? 128 : (axis == block_axis::rowwise ? 128 : 1);
-    const float fmax = fp8_max(t);
-    detail::fake_quantize_tiles(in, o, rows, cols, tr, tc, t, [&](float a) {
-      const float s = scale_from_amax(a, fmax, params.power_2_scale, params.amax_epsilon, FLT_MAX);
-      // 2-D tiles divide in fp32, 1-D tiles in double (TE's two kernels)
-      const float inv = tile2d ? 1.0f / s : static_cast<float>(1.0 / static_cast<double>(s));
-      return detail::tile_factors{s, inv};
-    });
-  } else if constexpr (std::is_same_v<Recipe, current_scaling>) {
-    const float a = detail::tensor_amax(in, rows * cols);
-    const float s = current_scaling::scale(a, t, params.power_2_scale, params.amax_epsilon);
-    detail::fake_quantize_per_tensor(in, o, rows * cols, s, t, nullptr);
-  } else {  // delayed scaling: the manager's scale, amax recorded for the next update
-    detail::require(plan.scale != nullptr, "fake_quantize: ", Recipe::name, " gave no scale for a per-tensor cast");
-    detail::fake_quantize_per_tensor(in, o, rows * cols, *plan.scale, t, plan.amax);
-  }
-  return out;
+  const bool row = axis == block_axis::rowwise;
+  auto r = detail::fake_quantize_dirs<Recipe>(params, plan, x2d, operand, row, !row);
+  return row ? std::move(r.rowwise) : std::move(r.columnwise);
 }
 
 namespace detail {
-
-template <class Recipe>
-constexpr bool per_tensor_recipe = !std::is_same_v<Recipe, mxfp8_scaling> && !std::is_same_v<Recipe, block_scaling>;
 
 /// A torch::CustomClassHolder carried through AutogradContext::saved_data as a capsule.
 template <class T>
@@ -280,22 +266,13 @@ struct fp8_linear_function : torch::autograd::Function<fp8_linear_function<Manag
     const torch::Tensor w2d = w.contiguous();
     const cast_plan px = mgr->plan_cast(mgr->slot(h, forward_role::input));
     const cast_plan pw = mgr->plan_cast(mgr->slot(h, forward_role::weight));
-    const torch::Tensor xq = fake_quantize<recipe>(params, px, x2d, gemm_operand::activation, block_axis::rowwise);
-    const torch::Tensor wq = fake_quantize<recipe>(params, pw, w2d, gemm_operand::weight, block_axis::rowwise);
-    torch::Tensor y = b.defined() ? torch::addmm(b, xq, wq.t()) : xq.matmul(wq.t());
+    // wgrad contracts over tokens and dgrad over out_features: their casts (columnwise) block the
+    // other axis; one host cast makes both directions (per-tensor recipes: the same values)
+    const auto xq = detail::fake_quantize_dirs<recipe>(params, px, x2d, gemm_operand::activation, true, needs_backward);
+    const auto wq = detail::fake_quantize_dirs<recipe>(params, pw, w2d, gemm_operand::weight, true, needs_backward);
+    torch::Tensor y = b.defined() ? torch::addmm(b, xq.rowwise, wq.rowwise.t()) : xq.rowwise.matmul(wq.rowwise.t());
     if (needs_backward) {
-      // wgrad contracts over tokens and dgrad over out_features: those casts block the other axis
-      // (per-tensor recipes: the same values, and the amax is recorded once)
-      torch::Tensor xc = xq, wc = wq;
-      if constexpr (!detail::per_tensor_recipe<recipe>) {
-        cast_plan no_amax = px;
-        no_amax.amax = nullptr;
-        xc = fake_quantize<recipe>(params, no_amax, x2d, gemm_operand::activation, block_axis::columnwise);
-        no_amax = pw;
-        no_amax.amax = nullptr;
-        wc = fake_quantize<recipe>(params, no_amax, w2d, gemm_operand::weight, block_axis::columnwise);
-      }
-      ctx->save_for_backward({xc, wc});
+      ctx->save_for_backward({xq.columnwise, wq.columnwise});
       ctx->saved_data["mgr"] = static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(mgr));
       ctx->saved_data["module"] = static_cast<std::int64_t>(module);
       ctx->saved_data["owner"] = ticket.owner;
@@ -318,16 +295,11 @@ struct fp8_linear_function : torch::autograd::Function<fp8_linear_function<Manag
     const auto& params = mgr->params();
     const torch::Tensor g2d = grads[0].reshape({-1, wc.size(0)}).contiguous();
     const cast_plan pg = mgr->plan_cast(mgr->slot(h, backward_role::grad_output));
-    const torch::Tensor gq = fake_quantize<recipe>(params, pg, g2d, gemm_operand::gradient, block_axis::rowwise);
-    torch::Tensor gc = gq;
-    if constexpr (!detail::per_tensor_recipe<recipe>) {
-      cast_plan no_amax = pg;
-      no_amax.amax = nullptr;
-      gc = fake_quantize<recipe>(params, no_amax, g2d, gemm_operand::gradient, block_axis::columnwise);
-    }
+    const auto gq = detail::fake_quantize_dirs<recipe>(params, pg, g2d, gemm_operand::gradient, ctx->needs_input_grad(0),
+                                                       ctx->needs_input_grad(1));
     torch::Tensor dx, dw, db;
-    if (ctx->needs_input_grad(0)) dx = gq.matmul(wc).reshape(ctx->saved_data["x_sizes"].toIntVector());
-    if (ctx->needs_input_grad(1)) dw = gc.t().matmul(xc);
+    if (ctx->needs_input_grad(0)) dx = gq.rowwise.matmul(wc).reshape(ctx->saved_data["x_sizes"].toIntVector());
+    if (ctx->needs_input_grad(1)) dw = gq.columnwise.t().matmul(xc);
     if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) db = g2d.sum(0);
     mgr->request_backward_update(ticket);
     return {dx, dw, db, torch::Tensor(), torch::Tensor(), torch::Tensor()};
