@@ -2,6 +2,7 @@
 // The engine-callback boundary on libtorch's real autograd engine: TE's bug scenarios (te-semantics
 // §7 A-G, J-O), plain versus checkpointed training bit for bit, and TE's old first-module ownership
 // failing on the same graphs. One TU on purpose (each libtorch TU costs ~12 s and ~1 GB to compile).
+// Keep libtorch.hpp the first include: this TU is also the check that the header compiles on its own.
 #include "tequant/integration/libtorch.hpp"
 
 #include <doctest/doctest.h>
