@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // API-sequence fuzzer: bytes -> a sequence of manager calls (autocast regions, grad mode, backward
 // scopes, checkpoint frames and replays, casts, requests from several threads, flushes, failing
-// collectives, exceptions unwinding through guards, save/load). After every event the manager is
+// collectives, exceptions unwinding through guards, save/load, module forwards and their tickets,
+// backward tasks of a small fuzz-driven engine). The first byte picks the boundary: autocast_entry,
+// explicit_scope, engine_callback<fuzz_hooks>, first_module_owner. After every event the manager is
 // compared with a small reference model of ARCHITECTURE §3-§4 (depths, flags, counters, pending,
-// snapshots, every slot's staging amax and scale, the scale and amax pointer each cast gets).
-// Misuse must raise tequant::error exactly where the model expects it; anything else aborts.
+// snapshots, every slot's staging amax and scale, the scale and amax pointer each cast gets, the
+// callbacks queued on each task, each ticket's ownership). Misuse must raise tequant::error exactly
+// where the model expects it and leave the state as it was; anything else aborts.
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -12,13 +15,17 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "tequant/boundary/autocast_entry.hpp"
+#include "tequant/boundary/engine_callback.hpp"
 #include "tequant/boundary/explicit_scope.hpp"
+#include "tequant/boundary/first_module_owner.hpp"
 #include "tequant/comm/concepts.hpp"
 #include "tequant/format/bits.hpp"
 #include "tequant/manager.hpp"
@@ -51,10 +58,41 @@ struct fuzz_comm {
 
 struct injected {};
 
+/// The fuzz engine's backward tasks: one callback list per running task (innermost last). A task
+/// that ends normally runs its callbacks (while it is still current, as PyTorch does); a task that
+/// ends with an exception drops them. `can_queue == false` is an engine without final callbacks.
+struct fuzz_tasks {
+  struct callback {
+    void (*fn)(void*);
+    void* ctx;
+  };
+  mutable std::mutex mutex;  // graph_hooks may be called from several threads (the threads event)
+  std::vector<std::vector<callback>> tasks;
+  bool can_queue = true;
+};
+
+struct fuzz_hooks {
+  fuzz_tasks* t = nullptr;
+  bool in_backward() const {
+    if (t == nullptr) return false;
+    std::lock_guard<std::mutex> lock(t->mutex);
+    return !t->tasks.empty();
+  }
+  bool queue_callback(void (*fn)(void*), void* ctx) {
+    if (t == nullptr) return false;
+    std::lock_guard<std::mutex> lock(t->mutex);
+    if (t->tasks.empty() || !t->can_queue) return false;
+    t->tasks.back().push_back({fn, ctx});
+    return true;
+  }
+};
+static_assert(tequant::graph_hooks<fuzz_hooks>);
+using hooked_boundary = tequant::engine_callback<fuzz_hooks>;
+
 /// A guard of any kind, destroyed by `delete` so that a throwing guard destructor propagates.
 struct any_guard {
   virtual ~any_guard() noexcept(false) = default;
-  int kind = 0;  // 0 autocast, 1 grad, 2 scope, 3 frame
+  int kind = 0;  // 0 autocast, 1 grad, 2 scope, 3 frame, 4 backward task of the fuzz engine
 };
 template <class G>
 struct boxed : any_guard {
@@ -92,9 +130,14 @@ struct ref_frame {
 template <class Boundary>
 struct harness {
   using manager = tequant::quantization_manager<tequant::delayed_scaling<>, Boundary, tequant::stacked_recompute, fuzz_comm>;
+  // What each boundary promises (ARCHITECTURE §3), spelled from the type, not from its traits.
   static constexpr bool scoped = std::is_same_v<Boundary, tequant::explicit_scope>;
+  static constexpr bool hooked = std::is_same_v<Boundary, hooked_boundary>;
+  static constexpr bool owner_rule = std::is_same_v<Boundary, tequant::first_module_owner>;
+  static constexpr bool entry_flush = hooked || std::is_same_v<Boundary, tequant::autocast_entry>;
 
   bool fail_next = false;
+  fuzz_tasks tasks;  // before m: the manager's hooks point at it
   manager m;
   std::array<tequant::checkpoint_frame, 3> frames{tequant::checkpoint_frame("f0"), tequant::checkpoint_frame("f1"),
                                                   tequant::checkpoint_frame("f2")};
@@ -106,7 +149,23 @@ struct harness {
     int kind;
     bool enabled = false, prev_enabled = false, prev_grad = true;
     int frame = -1, frame_mode = 0;  // 0 inactive, 1 recording, 2 replaying
+    bool prev_owner = false;
   };
+  /// A backward task of the fuzz engine.
+  struct ref_task {
+    std::size_t callbacks = 0;  // the manager's callbacks queued on it
+    bool replayed = false;      // a checkpoint_replay was opened while it was the innermost task
+    bool nested = false;
+    bool stale_at_open = false;  // the manager's "queued" flag was left set by a task that failed
+    bool requested = false;      // a request outside any scope ran inside it (or a nested task)
+  };
+  std::vector<ref_task> rt;
+  bool cb_flag = false;   // the manager's "a callback is queued" flag (may be stale after a failed task)
+  int cb_task = -1;       // the live task that really holds the callback, or -1
+  bool scope_in_bwd = false;
+  bool can_queue = true;
+  bool owner = false;     // first_module_owner's ownership flag
+  std::array<tequant::backward_ticket, 4> tickets{};
   std::vector<ref_guard> rg;
   std::map<std::uint64_t, ref_slot> slots;  // key: dir << 63 | bucket << 32 | index
   std::array<ref_frame, 3> rf;
@@ -127,7 +186,14 @@ struct harness {
            (static_cast<std::uint64_t>(s.bucket) << 32) | s.index;
   }
 
-  explicit harness(std::uint8_t layout) : m(params(), Boundary{}, fuzz_comm{&fail_next}) {
+  Boundary make_boundary() {
+    if constexpr (hooked)
+      return Boundary(fuzz_hooks{&tasks});
+    else
+      return Boundary{};
+  }
+
+  explicit harness(std::uint8_t layout) : m(params(), make_boundary(), fuzz_comm{&fail_next}) {
     const int modules = 1 + layout % 3;
     for (int i = 0; i < modules; ++i) {
       const std::uint32_t gemms = 1 + ((layout >> (2 + i)) & 1);
@@ -181,7 +247,99 @@ struct harness {
     return false;
   }
 
+  /// A call that must leave the state as it was when it throws (strong guarantee; misuse and failed
+  /// flushes): the saved bytes and the stats are compared before and after.
+  // (Only where the model expects the error: saving the state before every call would cost most of
+  // the fuzzer's time; an unexpected error fails the caller's check anyway.)
+  template <class F>
+  bool strong(bool expect_error, F&& f) {
+    if (!expect_error) return throws_tequant(std::forward<F>(f));
+    const auto bytes = tequant::state_bytes(m);
+    const auto st = m.stats();
+    const bool threw = throws_tequant(std::forward<F>(f));
+    if (threw) {
+      const auto now = m.stats();
+      FZ_CHECK(tequant::state_bytes(m) == bytes);
+      FZ_CHECK(now.forward_updates == st.forward_updates && now.backward_updates == st.backward_updates);
+      FZ_CHECK(now.collectives == st.collectives && now.pending == st.pending);
+      FZ_CHECK(now.autocast_depth == st.autocast_depth && now.scope_depth == st.scope_depth);
+      FZ_CHECK(now.checkpoint_depth == st.checkpoint_depth && now.outstanding_snapshots == st.outstanding_snapshots);
+    }
+    return threw;
+  }
+
   void push(any_guard* g) { guards.push_back(g); }
+
+  /// The manager queues a callback on the current task (engine_callback): once per logical backward,
+  /// only inside a task, only where the engine can queue; a set flag means "already queued".
+  bool model_queue() {
+    if (!hooked) return false;
+    if (cb_flag) return true;
+    if (rt.empty() || !can_queue) return false;
+    cb_flag = true;
+    cb_task = static_cast<int>(rt.size()) - 1;
+    ++rt.back().callbacks;
+    return true;
+  }
+
+  std::vector<fuzz_tasks::callback> hook_callbacks(std::size_t task) {
+    std::lock_guard<std::mutex> lock(tasks.mutex);
+    return tasks.tasks[task];
+  }
+
+  // Ends the innermost task: normally (its callbacks run) or by an exception (they are dropped).
+  void close_task(bool unwinding, bool quiet) {
+    const ref_task t = rt.back();
+    rt.pop_back();
+    const bool held = cb_task == static_cast<int>(rt.size());
+    if (held) cb_task = -1;
+    bool expect_throw = false;
+    const auto before = m.stats();
+    const bool pending_before = pending;
+    if (!unwinding && held) {  // the manager's callback runs
+      cb_flag = false;
+      scope_in_bwd = false;
+      if (scope_depth == 0) model_flush(expect_throw);
+    }
+    // (Unwinding: the engine drops the callback; the manager's flag stays set until the next
+    // top-level autocast entry or a backward scope outside any task, graph_hooks contract 3.)
+    const std::size_t index = rt.size();
+    FZ_CHECK(hook_callbacks(index).size() == t.callbacks);
+    // Spec: one callback per logical backward, on the outermost task; a nested (reentrant) task never
+    // queues one (the contract: its replay was opened in the outer task first).
+    FZ_CHECK(t.callbacks <= 1);
+    if (t.nested) FZ_CHECK(t.callbacks == 0);
+    bool threw = false;
+    if (!unwinding) {
+      threw = throws_tequant([&] {
+        for (std::size_t i = 0;; ++i) {
+          fuzz_tasks::callback cb{};
+          {
+            std::lock_guard<std::mutex> lock(tasks.mutex);
+            if (i >= tasks.tasks.back().size()) break;
+            cb = tasks.tasks.back()[i];
+          }
+          cb.fn(cb.ctx);
+        }
+      });
+    }
+    {
+      std::lock_guard<std::mutex> lock(tasks.mutex);
+      tasks.tasks.pop_back();
+    }
+    if (quiet) return;
+    FZ_CHECK(threw == expect_throw);
+    const auto after = m.stats();
+    // Spec: a nested task's end never flushes (too early).
+    if (hooked && t.nested && !unwinding) FZ_CHECK(after.backward_updates == before.backward_updates);
+    // Spec: a logical backward (top-level task) that requested the update, with a callback it could
+    // queue, flushes exactly once at its end.
+    if (hooked && !t.nested && !unwinding && can_queue && !t.stale_at_open && t.requested && scope_depth == 0 &&
+        pending_before && !expect_throw) {
+      FZ_CHECK(after.backward_updates == before.backward_updates + 1);
+      FZ_CHECK(!after.pending);
+    }
+  }
 
   // Pops the innermost guard normally, or while an exception unwinds through it.
   void pop(bool unwinding, bool quiet = false) {
@@ -190,12 +348,20 @@ struct harness {
     guards.pop_back();
     const ref_guard r = rg.back();
     rg.pop_back();
+    if (std::getenv("TEQUANT_FUZZ_TRACE") != nullptr)
+      std::fprintf(stderr, "pop kind %d%s pending %d\n", r.kind, unwinding ? " unwinding" : "", int(pending));
+    if (r.kind == 4) {
+      delete g;
+      close_task(unwinding, quiet);
+      return;
+    }
     bool threw = false, expect_throw = false;
     // Model first (it decides whether the manager should throw).
     switch (r.kind) {
       case 0:
         --autocast_depth;
         q_enabled = r.prev_enabled;
+        if (owner_rule) owner = r.prev_owner;  // TE main: restored on every exit
         if (r.enabled && autocast_depth == 0 && grad && replay_depth == 0 && !unwinding) {
           if (model_update(tequant::direction::forward, expect_throw)) ++fwd_updates;
         }
@@ -203,7 +369,14 @@ struct harness {
       case 1: grad = r.prev_grad; break;
       case 2:
         --scope_depth;
-        if (scope_depth == 0 && !unwinding) model_flush(expect_throw);
+        if (scope_depth == 0) {
+          // Opened inside a task whose callback is queued: that callback flushes, not this exit.
+          // Known deviation (docs/reliability.md): the manager trusts its flag, so after a task that
+          // failed holding the callback (cb_flag set, cb_task < 0) neither this exit nor the task's
+          // end flushes; the next top-level autocast entry does. The spec would use cb_task >= 0.
+          const bool left_to_callback = std::exchange(scope_in_bwd, false) && cb_flag;
+          if (!left_to_callback && !unwinding) model_flush(expect_throw);
+        }
         break;
       case 3: {
         open_frames.pop_back();
@@ -253,7 +426,7 @@ struct harness {
       else used = it->second;
     }
     tequant::cast_plan plan{};
-    const bool threw = throws_tequant([&] { plan = m.plan_cast(s); });
+    const bool threw = strong(expect_error, [&] { plan = m.plan_cast(s); });
     FZ_CHECK(threw == expect_error);
     if (threw) return;
     for (std::size_t i = r; i < open_frames.size(); ++i)
@@ -282,8 +455,22 @@ struct harness {
       return false;
     }
     if (scoped) return true;
+    if (owner_rule) return false;  // without a ticket TE's old modules do nothing
     pending = true;
+    if (!rt.empty()) rt.front().requested = true;
+    (void)model_queue();
     return false;
+  }
+
+  bool model_ticket_request(tequant::backward_ticket t, bool& flush_throws) {
+    if (!owner_rule) return model_request();
+    if (scope_depth != 0) {
+      pending = true;
+    } else if (t.owner) {
+      pending = true;
+      model_flush(flush_throws);
+    }
+    return flush_throws;
   }
 
   void check() {
@@ -298,6 +485,11 @@ struct harness {
     FZ_CHECK(m.grad_enabled() == grad);
     FZ_CHECK(m.quantization_enabled() == q_enabled);
     FZ_CHECK(m.in_replay() == (replay_depth != 0));
+    {
+      std::lock_guard<std::mutex> lock(tasks.mutex);
+      FZ_CHECK(tasks.tasks.size() == rt.size());
+      for (std::size_t i = 0; i < rt.size(); ++i) FZ_CHECK(tasks.tasks[i].size() == rt[i].callbacks);
+    }
     for (std::size_t i = 0; i < frames.size(); ++i) {
       FZ_CHECK(frames[i].has_snapshot() == (rf[i].phase != ref_frame::idle));
       FZ_CHECK(frames[i].snapshot_slots() == rf[i].snap.size());
@@ -320,7 +512,7 @@ struct harness {
     FZ_CHECK(tequant::state_bytes(m) == bytes);
     // A fresh manager adopts everything and writes the same bytes.
     bool no_fail = false;
-    manager fresh(params(), Boundary{}, fuzz_comm{&no_fail});
+    manager fresh(params(), Boundary{}, fuzz_comm{&no_fail});  // (hooked: hooks without an engine)
     tequant::load_state(fresh, bytes);
     FZ_CHECK(tequant::state_bytes(fresh) == bytes);
   }
@@ -341,20 +533,29 @@ struct harness {
     for (int t = 0; t < n; ++t) FZ_CHECK(errors[static_cast<std::size_t>(t)] == (expect_throw ? 20 : 0));
   }
 
+  static constexpr int ops = 20;
+
   void event(std::uint8_t op, std::uint8_t arg) {
-    if (std::getenv("TEQUANT_FUZZ_TRACE") != nullptr) std::fprintf(stderr, "event %d arg %d\n", op % 15, arg);
-    switch (op % 15) {
+    if (std::getenv("TEQUANT_FUZZ_TRACE") != nullptr) std::fprintf(stderr, "event %d arg %d\n", op % ops, arg);
+    switch (op % ops) {
       case 0: {  // autocast enter
         const bool en = arg & 1;
         bool expect_throw = false;
-        if (autocast_depth == 0 && !scoped && scope_depth == 0 && replay_depth == 0) model_flush(expect_throw);
-        bool threw = false;
+        if (autocast_depth == 0 && entry_flush && scope_depth == 0 && replay_depth == 0 && !(hooked && !rt.empty())) {
+          if (hooked) {
+            FZ_CHECK(cb_task < 0);  // no task is running
+            cb_flag = false;        // any task the flag named has ended
+          }
+          model_flush(expect_throw);
+        }
         any_guard* g = nullptr;
-        threw = throws_tequant([&] { g = new boxed<typename manager::autocast_region>(m.autocast(en), 0); });
+        const bool threw =
+            strong(expect_throw, [&] { g = new boxed<typename manager::autocast_region>(m.autocast(en), 0); });
         FZ_CHECK(threw == expect_throw);
         if (threw) break;
         push(g);
-        rg.push_back({0, en, q_enabled, grad, -1, 0});
+        rg.push_back({0, en, q_enabled, grad, -1, 0, owner});
+        if (owner_rule && autocast_depth == 0) owner = true;  // TE: reset at every depth-0 entry
         q_enabled = en;
         ++autocast_depth;
         break;
@@ -367,7 +568,15 @@ struct harness {
       case 2:
         push(new boxed<typename manager::backward_scope_guard>(m.backward_scope(), 2));
         rg.push_back({2});
-        if (scope_depth == 0) pending = true;
+        if (scope_depth == 0) {
+          const bool in_bwd = hooked && !rt.empty();
+          if (hooked && !in_bwd) {
+            FZ_CHECK(cb_task < 0);
+            cb_flag = false;
+          }
+          pending = true;
+          scope_in_bwd = in_bwd && model_queue();
+        }
         ++scope_depth;
         break;
       case 3: {  // checkpoint forward
@@ -375,7 +584,7 @@ struct harness {
         const bool need = (arg & 4) == 0;
         const bool expect_error = rf[static_cast<std::size_t>(f)].phase != ref_frame::idle;
         any_guard* g = nullptr;
-        const bool threw = throws_tequant(
+        const bool threw = strong(expect_error,
             [&] { g = new boxed<typename manager::frame_guard>(m.checkpoint_forward(frames[static_cast<std::size_t>(f)], need), 3); });
         FZ_CHECK(threw == expect_error);
         if (threw) break;
@@ -393,10 +602,13 @@ struct harness {
         const int f = arg % 3;
         const bool expect_error = rf[static_cast<std::size_t>(f)].phase != ref_frame::ready;
         any_guard* g = nullptr;
-        const bool threw = throws_tequant(
+        const bool threw = strong(expect_error,
             [&] { g = new boxed<typename manager::frame_guard>(m.checkpoint_replay(frames[static_cast<std::size_t>(f)]), 3); });
         FZ_CHECK(threw == expect_error);
         if (threw) break;
+        // Inside a task the replay queues the callback on this (outer) task before a nested backward.
+        if (scope_depth == 0 && !rt.empty()) (void)model_queue();
+        if (!rt.empty()) rt.back().replayed = true;
         push(g);
         rg.push_back({3, false, false, grad, f, 2});
         open_frames.push_back({f, 2});
@@ -410,13 +622,13 @@ struct harness {
       case 8: backward_cast(arg >> 3, values[arg & 7]); break;
       case 9: {
         const bool expect = model_request();
-        FZ_CHECK(throws_tequant([&] { m.request_backward_update(); }) == expect);
+        FZ_CHECK(strong(expect, [&] { m.request_backward_update(); }) == expect);
         break;
       }
       case 10: {
         bool expect = false;
         model_flush(expect);
-        FZ_CHECK(throws_tequant([&] { m.flush_backward_update(); }) == expect);
+        FZ_CHECK(strong(expect, [&] { m.flush_backward_update(); }) == expect);
         break;
       }
       case 11: threads(arg); break;
@@ -425,8 +637,63 @@ struct harness {
       case 14: {
         const bool expect = scope_depth == 0;
         m.defer_weight_grad([] {});
-        FZ_CHECK(throws_tequant([&] { m.run_deferred_weight_grads(); }) == expect);
+        FZ_CHECK(strong(expect, [&] { m.run_deferred_weight_grads(); }) == expect);
         if (!expect) FZ_CHECK(m.deferred_weight_grads() == 0);
+        break;
+      }
+      case 15: {  // module forward: returns the ticket (owner under first_module_owner)
+        const auto n = static_cast<std::uint32_t>(m.module_count());
+        const tequant::module_handle h{(arg & 3u) % (n + 1)};  // n: not registered
+        const bool needs = (arg & 4) == 0;
+        tequant::backward_ticket t{};
+        const bool threw = strong(h.index >= n, [&] { t = m.module_forward(h, needs); });
+        FZ_CHECK(threw == (h.index >= n));
+        if (threw) break;
+        bool expect_owner = false;
+        if (owner_rule && q_enabled && grad && needs) {
+          expect_owner = owner;
+          if (replay_depth == 0) owner = false;  // inside a replay TE restores it (bug A)
+        }
+        FZ_CHECK(t.owner == expect_owner);
+        tickets[(arg >> 3) & 3] = t;
+        break;
+      }
+      case 16: {  // a module backward's request with its ticket (the owner flushes under first_module_owner)
+        const tequant::backward_ticket t = tickets[arg & 3];
+        bool flush_throws = false;
+        const bool expect = model_ticket_request(t, flush_throws);
+        // (Not strong: an owner's failed flush leaves the request's own effect, the pending update.)
+        FZ_CHECK(throws_tequant([&] { m.request_backward_update(t); }) == expect);
+        break;
+      }
+      case 17:  // the engine gains or loses final callbacks (between backwards only)
+        if (rt.empty()) {
+          can_queue = arg & 1;
+          std::lock_guard<std::mutex> lock(tasks.mutex);
+          tasks.can_queue = can_queue;
+        }
+        break;
+      case 18: {  // a backward task starts; nested only after a replay in the current task (the contract)
+        if (!rt.empty() && !rt.back().replayed) break;
+        const bool nested = !rt.empty();
+        {
+          std::lock_guard<std::mutex> lock(tasks.mutex);
+          tasks.tasks.emplace_back();
+        }
+        push(new any_guard{});
+        rg.push_back({4});
+        rt.push_back({0, false, nested, cb_flag && cb_task < 0, false});
+        break;
+      }
+      case 19: {  // misuse of lookups and registration: an error, nothing changes
+        const tequant::slot_id bad{tequant::direction::forward, 0, 1000u + arg};
+        switch (arg % 5) {
+          case 0: FZ_CHECK(strong(true, [&] { (void)m.plan_cast(bad); })); break;
+          case 1: FZ_CHECK(strong(true, [&] { (void)m.slot(tequant::module_handle{0}, tequant::forward_role::input, 7); })); break;
+          case 2: FZ_CHECK(strong(true, [&] { (void)m.bucket(1000); })); break;
+          case 3: FZ_CHECK(strong(true, [&] { (void)m.register_module("bad", 0); })); break;
+          case 4: FZ_CHECK(strong(true, [&] { (void)m.scale(tequant::slot_id{tequant::direction::backward, 0, 0}); })); break;
+        }
         break;
       }
     }
@@ -449,7 +716,11 @@ void run(const std::uint8_t* data, std::size_t size) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 2) return 0;
-  if (data[0] & 1) run<tequant::explicit_scope>(data, size);
-  else run<tequant::autocast_entry>(data, size);
+  switch (data[0] % 4) {
+    case 0: run<tequant::autocast_entry>(data, size); break;
+    case 1: run<tequant::explicit_scope>(data, size); break;
+    case 2: run<hooked_boundary>(data, size); break;
+    default: run<tequant::first_module_owner>(data, size); break;
+  }
   return 0;
 }
