@@ -14,7 +14,6 @@
 #include <span>
 #include <string>
 #include <type_traits>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -106,10 +105,7 @@ struct frame_access {
     f.phase_ = phase::recording;
   }
   static void release(checkpoint_frame& f) noexcept { f.release(); }
-  static std::unordered_map<std::uint64_t, float>& scales(checkpoint_frame& f) noexcept { return f.scales_; }
-  static std::unordered_map<std::uint64_t, std::uint32_t>& device_index(checkpoint_frame& f) noexcept {
-    return f.device_index_;
-  }
+  static snapshot_map& snapshot(checkpoint_frame& f) noexcept { return f.snapshot_; }
   static std::unique_ptr<snapshot_storage>& device_storage(checkpoint_frame& f) noexcept { return f.device_; }
 };
 
@@ -292,6 +288,7 @@ class quantization_manager {
       fp8_dtype dtype;
     };
     std::vector<hot_bucket> hot;
+    std::uint32_t hot_buckets = 0;  // hot.size(), so that the cast path's bounds check is one compare
     struct frame_entry {
       checkpoint_frame* frame;
       enum class mode : std::uint8_t { inactive, recording, replaying } kind;
@@ -498,14 +495,16 @@ class quantization_manager {
   /// replay (or inside a frame that runs within a replay) use the replayed frame's snapshot and record
   /// nothing; forward slots inside a recording frame snapshot the scale they use.
   cast_plan plan_cast(slot_id slot) {
-    check_slot(slot, "plan_cast");
+    const auto& hb = checked_slot(slot, "plan_cast");
     if constexpr (!is_stateful) {
-      return {nullptr, nullptr, Recipe::dtype(state_.params, slot.dir)};
+      return {nullptr, nullptr, hb.dtype};
     } else {
-      const auto& hb = state_.hot[slot.bucket];
-      if (slot.dir == direction::backward || state_.frames.empty())
-        return {hb.scale + slot.index, hb.staging + slot.index, hb.dtype};
-      return plan_forward_in_frames(slot, state_.recipe[slot.bucket], hb.dtype);
+      // Without recompute no frame can exist: the cast path does not even look.
+      if constexpr (detail::supports_recompute<Checkpoint>) {
+        if (slot.dir == direction::forward && !state_.frames.empty())
+          return plan_forward_in_frames(slot, state_.recipe[slot.bucket], hb.dtype);
+      }
+      return {hb.scale + slot.index, hb.staging + slot.index, hb.dtype};
     }
   }
 
@@ -661,7 +660,7 @@ class quantization_manager {
 
   /// The live scale of a slot (a host read: on a device backend this synchronises).
   float scale(slot_id slot) const {
-    check_slot(slot, "scale");
+    (void)checked_slot(slot, "scale");
     if constexpr (is_stateful) {
       return state_.recipe[slot.bucket].scale(slot.index);
     } else {
@@ -671,7 +670,7 @@ class quantization_manager {
 
   /// The staging amax of a slot (what the next update will commit).
   float staging_amax(slot_id slot) const {
-    check_slot(slot, "staging_amax");
+    (void)checked_slot(slot, "staging_amax");
     if constexpr (is_stateful) {
       return state_.recipe[slot.bucket].staging_amax(slot.index);
     } else {
@@ -710,10 +709,14 @@ class quantization_manager {
     return state_.modules[m.index];
   }
 
-  void check_slot(slot_id s, const char* where) const {
-    const auto& b = state_.hot;
-    if (s.bucket >= b.size() || s.index >= b[s.bucket].slots || b[s.bucket].dir != s.dir) [[unlikely]]
+  // The bucket's cast record, after checking that `s` belongs to this manager.
+  const typename state_type::hot_bucket& checked_slot(slot_id s, const char* where) const {
+    if (s.bucket >= state_.hot_buckets) [[unlikely]]
       bad_slot(s, where);
+    const auto& h = state_.hot.data()[s.bucket];
+    if (s.index >= h.slots || h.dir != s.dir) [[unlikely]]
+      bad_slot(s, where);
+    return h;
   }
 
   // Kept out of line so that the checks on the cast path stay a few compares.
@@ -732,6 +735,11 @@ class quantization_manager {
     else
       r += std::string(to_string(static_cast<backward_role>(k % 2))) + "[gemm " + std::to_string(k / 2) + "]";
     return r;
+  }
+
+  [[noreturn, gnu::noinline, gnu::cold]] void missing_snapshot(const checkpoint_frame& f, slot_id slot) const {
+    detail::fail("checkpoint_replay: frame '", f.name(), "' has no snapshot of forward slot ", describe_slot(slot),
+                 ": its original forward did not cast this slot, so the replay cannot reproduce it");
   }
 
   static const char* describe_phase(detail::frame_access::phase p) noexcept {
@@ -762,6 +770,7 @@ class quantization_manager {
         h.scale = h.staging = nullptr;
       }
     }
+    s.hot_buckets = static_cast<std::uint32_t>(s.hot.size());
   }
 
   slot_id add_slots(direction dir, std::uint32_t group, std::uint32_t count, std::uint32_t module) {
@@ -810,19 +819,17 @@ class quantization_manager {
     float used;
     if (r > 0) {
       checkpoint_frame& f = *frames[r - 1].frame;
-      auto& snap = detail::frame_access::scales(f);
-      const auto it = snap.find(key);
-      if (it == snap.end())
-        detail::fail("checkpoint_replay: frame '", f.name(), "' has no snapshot of forward slot ", describe_slot(slot),
-                     ": its original forward did not cast this slot, so the replay cannot reproduce it");
-      used = it->second;
-      plan.scale = &it->second;  // node-based map: the address is stable until the frame is released
+      auto& snap = detail::frame_access::snapshot(f);
+      const std::size_t pos = snap.find(key);
+      if (pos == detail::snapshot_map::npos) missing_snapshot(f, slot);
+      used = snap.value(pos);
+      plan.scale = &snap.value(pos);  // a replaying frame takes no new entries: the address holds until it ends
       plan.amax = nullptr;
     } else {
       used = st.scale(slot.index);
     }
     for (std::size_t i = r; i < frames.size(); ++i)
-      if (frames[i].kind == frame_mode::recording) detail::frame_access::scales(*frames[i].frame).try_emplace(key, used);
+      if (frames[i].kind == frame_mode::recording) detail::frame_access::snapshot(*frames[i].frame).try_emplace(key, used);
     return plan;
   }
 
@@ -833,12 +840,9 @@ class quantization_manager {
     const float* used = plan.scale;
     if (r > 0) {
       checkpoint_frame& f = *frames[r - 1].frame;
-      const auto& index = detail::frame_access::device_index(f);
-      const auto it = index.find(key);
-      if (it == index.end())
-        detail::fail("checkpoint_replay: frame '", f.name(), "' has no snapshot of forward slot ", describe_slot(slot),
-                     ": its original forward did not cast this slot, so the replay cannot reproduce it");
-      used = detail::frame_access::device_storage(f)->data() + it->second;
+      const std::size_t pos = detail::frame_access::snapshot(f).find(key);
+      if (pos == detail::snapshot_map::npos) missing_snapshot(f, slot);
+      used = detail::frame_access::device_storage(f)->data() + pos;
       plan.scale = used;  // the frame's buffer does not move while it replays
       plan.amax = nullptr;
     }
@@ -850,8 +854,8 @@ class quantization_manager {
   // First use of `key` in a recording frame: reserve a position in its buffer and copy the scale in.
   // Strong guarantee: a failed allocation or copy leaves the frame as it was.
   void snapshot_on_device(checkpoint_frame& f, std::uint64_t key, const float* src) {
-    auto& index = detail::frame_access::device_index(f);
-    if (index.contains(key)) return;
+    auto& index = detail::frame_access::snapshot(f);  // positions in the buffer; values unused
+    if (index.find(key) != detail::snapshot_map::npos) return;
     auto& storage = detail::frame_access::device_storage(f);
     const std::size_t pos = index.size();
     using buffer_type = decltype(backend_.template make_buffer<float>(std::size_t{}));
@@ -870,11 +874,11 @@ class quantization_manager {
       if (reuse && pos != 0) backend_.copy(grown->data(), storage->data(), pos);
       storage = std::move(grown);  // the old buffer's release (cudaFree) waits for the copy
     }
-    index.try_emplace(key, static_cast<std::uint32_t>(pos));
+    index.try_emplace(key, 0.0f);
     try {
       backend_.copy(storage->data() + pos, src, 1);
     } catch (...) {
-      index.erase(key);
+      index.pop_back();
       throw;
     }
   }

@@ -5,8 +5,9 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <utility>
+
+#include "tequant/checkpoint/snapshot_map.hpp"
 
 namespace tequant {
 
@@ -48,17 +49,16 @@ class checkpoint_frame {
   /// True from an eligible original forward until the replay ends (or the frame is destroyed).
   bool has_snapshot() const noexcept { return phase_ != phase::idle; }
   /// Number of slots whose scale the snapshot holds.
-  std::size_t snapshot_slots() const noexcept { return scales_.size() + device_index_.size(); }
+  std::size_t snapshot_slots() const noexcept { return snapshot_.size(); }
 
  private:
   friend struct detail::frame_access;
   enum class phase : std::uint8_t { idle, recording, ready, replaying };
 
-  // The backend storage stays: the next step's snapshot reuses it without an allocation (which, on a
-  // device, could synchronise) and pointers of a finished replay never dangle.
+  // The storage stays (host map and backend buffer): the next step's snapshot reuses it without an
+  // allocation (which, on a device, could synchronise) and pointers of a finished replay never dangle.
   void release() noexcept {
-    scales_.clear();
-    device_index_.clear();
+    snapshot_.clear();
     if (outstanding_ != nullptr) --*outstanding_;
     outstanding_ = nullptr;
     owner_ = nullptr;
@@ -67,9 +67,9 @@ class checkpoint_frame {
 
   std::string name_;
   phase phase_ = phase::idle;
-  std::unordered_map<std::uint64_t, float> scales_;  // host-accessible backends: (bucket << 32 | index) -> scale used
-  // Other backends: (bucket << 32 | index) -> position of the scale used in device_.
-  std::unordered_map<std::uint64_t, std::uint32_t> device_index_;
+  // (bucket << 32 | index) -> scale used (host-accessible backends); other backends keep the scale
+  // at the entry's position in device_ and leave the value unused.
+  detail::snapshot_map snapshot_;
   std::unique_ptr<detail::snapshot_storage> device_;
   std::size_t* outstanding_ = nullptr;                // the recording manager's snapshot counter
   const void* owner_ = nullptr;                       // the recording manager
