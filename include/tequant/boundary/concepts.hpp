@@ -18,7 +18,10 @@ namespace tequant {
 ///     returns true; it returns false when it cannot (no task, or an engine without final callbacks),
 ///     and then never calls fn.
 ///  3. A task that ends with an exception may drop its callbacks (as PyTorch does); the manager
-///     notices at the next top-level autocast entry or backward scope and recovers.
+///     notices at the next top-level autocast entry, or the next backward_scope() opened outside any
+///     task, and recovers (the update is flushed once, never lost). Known limit: a backward retried
+///     before either of those does not flush at its own end, because the hooks carry no task
+///     identity (docs/reliability.md, reliability_failed_task_test).
 ///  4. Both may be called from several threads at once (engine worker threads).
 template <class H>
 concept graph_hooks = requires(H& h, void (*fn)(void*), void* ctx) {
