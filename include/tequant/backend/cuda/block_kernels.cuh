@@ -121,7 +121,8 @@ __global__ void __launch_bounds__(block_threads, 2) block_kernel(const __grid_co
   static_assert(G >= 1 && G <= 32 && (G & (G - 1)) == 0, "tequant: block length must be E..32*E");
   static_assert(H % 8 == 0 && H <= B, "tequant: tile height must be a multiple of 8 and at most B");
   __shared__ float partial[8][W];
-  __shared__ std::uint8_t transposed[Transposed ? W * H : 1];
+  // Read back as uint4 below: a byte array is only 1-byte aligned unless asked (PTX `.align 1`).
+  __shared__ alignas(16) std::uint8_t transposed[Transposed ? W * H : 1];
 
   const std::size_t tiles_x = (a.cols + W - 1) / W;
   const std::size_t r0 = (blockIdx.x / tiles_x) * H;
