@@ -35,7 +35,7 @@ struct tensor_kernel_args {
   fp8_dtype dtype;
 };
 
-/// Block-wide max, then one atomic per block into *dst.
+/// Block-wide max, then one atomic per block into *dst (the host's nan_ignoring_max, see vector.cuh).
 __device__ __forceinline__ void block_amax_to(float* dst, float m) {
   __shared__ float partial[tensor_threads / 32];
   m = group_max<32>(m);
@@ -44,7 +44,7 @@ __device__ __forceinline__ void block_amax_to(float* dst, float m) {
   if (threadIdx.x < 32) {
     m = threadIdx.x < tensor_threads / 32 ? partial[threadIdx.x] : 0.0f;
     m = group_max<32>(m);
-    if (threadIdx.x == 0) atomic_max_nonneg(dst, m);
+    if (threadIdx.x == 0) atomic_nan_ignoring_max(dst, m);
   }
 }
 

@@ -94,10 +94,29 @@ __device__ __forceinline__ float group_max(float v) {
   return v;
 }
 
-/// Max-accumulates a non-negative amax into *dst: for non-negative floats the bit patterns order
-/// like the values, so an integer atomicMax is a float max (TE does the same).
-__device__ __forceinline__ void atomic_max_nonneg(float* dst, float v) {
-  if (v > 0.0f) atomicMax(reinterpret_cast<int*>(dst), __float_as_int(v));
+/// *dst = nan_ignoring_max(*dst, v) atomically, for a non-NaN v >= +0 (a block's amax), bit-equal to
+/// the host's update of the same staging value whatever it held before. The integer atomicMax alone
+/// (TE's trick) is a float max only while *dst is a non-negative non-NaN float: a positive NaN (an
+/// imported TE history row 0, a collective's NaN) would stay where the host replaces it by v, and
+/// with v = +0 a negative value or NaN would stay where the host writes +0. Those cases take a CAS loop.
+__device__ __forceinline__ void atomic_nan_ignoring_max(float* dst, float v) {
+  auto* bits = reinterpret_cast<unsigned int*>(dst);
+  unsigned int old;
+  if (v > 0.0f) {
+    old = static_cast<unsigned int>(atomicMax(reinterpret_cast<int*>(dst), __float_as_int(v)));
+    // As int32: negative floats (-0 and negative NaN included) lose to v, as on the host; values in
+    // [+0, inf] order like the floats. Only a positive NaN (int above 0x7F800000) was wrongly kept.
+    if (static_cast<int>(old) <= 0x7F800000) return;
+  } else {
+    old = *reinterpret_cast<volatile unsigned int*>(bits);  // usually already the answer: no atomic at all
+  }
+  for (;;) {
+    const unsigned int want = __float_as_uint(nan_ignoring_max(__uint_as_float(old), v));
+    if (want == old) return;
+    const unsigned int seen = atomicCAS(bits, old, want);
+    if (seen == old) return;
+    old = seen;
+  }
 }
 
 TEQUANT_HD inline bool aligned16(const void* p) noexcept { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
