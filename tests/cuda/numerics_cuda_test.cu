@@ -10,11 +10,13 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <iterator>
 #include <vector>
 
 #include "cuda/device.cuh"
 #include "format/numerics_suite.hpp"
 #include "tequant/backend/cuda/check.cuh"
+#include "tequant/backend/cuda/vector.cuh"
 #include "tequant/format/e8m0.hpp"
 #include "tequant/format/fp8.hpp"
 #include "tequant/format/half.hpp"
@@ -31,7 +33,7 @@ TEST_CASE("nvcc host: e8m0") { numerics_suite::check_e8m0(); }
 namespace {
 
 // Mismatch counters of the exhaustive sweep, one per conversion, plus the first input that failed.
-enum sweep_check : int { e4m3_hw, e5m2_hw, bf16_hw, fp16_hw, sweep_checks };
+enum sweep_check : int { e4m3_hw, e5m2_hw, bf16_hw, fp16_hw, e4m3_kernel, e5m2_kernel, e4m3_hw_nan, e5m2_hw_nan, sweep_checks };
 struct sweep_result {
   unsigned long long mismatches[sweep_checks];
   unsigned int first_bad[sweep_checks];  // smallest failing input bits (atomicMin), ~0u when none
@@ -52,13 +54,18 @@ __global__ void sweep_kernel(std::uint64_t begin, std::uint64_t count, sweep_res
     // The paired conversion is the one the quantize kernels use; the pair (x, -x) covers both lanes.
     const unsigned p4 = __nv_cvt_float2_to_fp8x2(make_float2(x, -x), __NV_SATFINITE, __NV_E4M3);
     const unsigned p5 = __nv_cvt_float2_to_fp8x2(make_float2(x, -x), __NV_SATFINITE, __NV_E5M2);
-    if (tequant::encode_e4m3(x) != __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3) ||
-        p4 != (tequant::encode_e4m3(x) | (unsigned{tequant::encode_e4m3(-x)} << 8)))
-      report(r, e4m3_hw, u);
-    if (tequant::encode_e5m2(x) != __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E5M2) ||
-        p5 != (tequant::encode_e5m2(x) | (unsigned{tequant::encode_e5m2(-x)} << 8)))
-      report(r, e5m2_hw, u);
+    const unsigned want4 = tequant::encode_e4m3(x) | (unsigned{tequant::encode_e4m3(-x)} << 8);
+    const unsigned want5 = tequant::encode_e5m2(x) | (unsigned{tequant::encode_e5m2(-x)} << 8);
     const bool nan = (u & 0x7FFFFFFFu) > 0x7F800000u;
+    // The instruction must match on every non-NaN input (the kernels' fast path); on NaN it is only
+    // counted (encode2 does not use it there).
+    const bool bad4 = tequant::encode_e4m3(x) != __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3) || p4 != want4;
+    const bool bad5 = tequant::encode_e5m2(x) != __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E5M2) || p5 != want5;
+    if (bad4) report(r, nan ? e4m3_hw_nan : e4m3_hw, u);
+    if (bad5) report(r, nan ? e5m2_hw_nan : e5m2_hw, u);
+    // What the quantize kernels call, on every input.
+    if (tequant::detail::encode2(x, -x, tequant::fp8_dtype::e4m3) != want4) report(r, e4m3_kernel, u);
+    if (tequant::detail::encode2(x, -x, tequant::fp8_dtype::e5m2) != want5) report(r, e5m2_kernel, u);
     // NVIDIA canonicalises NaN payloads; tequant keeps them quiet but preserved. Only NaN-ness must agree.
     const std::uint16_t b = tequant::to_bf16(x).bits, hb = __bfloat16_as_ushort(__float2bfloat16_rn(x));
     if (nan ? ((b & 0x7FFFu) <= 0x7F80u || (hb & 0x7FFFu) <= 0x7F80u) : b != hb) report(r, bf16_hw, u);
@@ -111,10 +118,17 @@ TEST_CASE("device: encoders equal the hardware conversions on all 2^32 inputs" *
   sweep_result got{};
   check(cudaMemcpy(&got, r, sizeof got, cudaMemcpyDeviceToHost), "cudaMemcpy(result)");
   check(cudaFree(r), "cudaFree");
-  const char* names[] = {"e4m3", "e5m2", "bf16", "fp16"};
+  const char* names[] = {"e4m3 instruction (non-NaN)", "e5m2 instruction (non-NaN)", "bf16", "fp16",
+                         "e4m3 kernel encode2", "e5m2 kernel encode2", "e4m3 instruction on NaN",
+                         "e5m2 instruction on NaN"};
+  static_assert(std::size(names) == sweep_checks);
   for (int c = 0; c < sweep_checks; ++c) {
     INFO(names[c], " first mismatching input bits: ", got.first_bad[c]);
-    CHECK(got.mismatches[c] == 0);
+    if (c == e4m3_hw_nan || c == e5m2_hw_nan)
+      MESSAGE(names[c], ": ", got.mismatches[c], " NaN inputs encode differently from cuda_fp8.h's reference "
+              "(encode2 does not use the instruction for NaN)");
+    else
+      CHECK(got.mismatches[c] == 0);
   }
 }
 
