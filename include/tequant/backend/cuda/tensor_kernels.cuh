@@ -66,7 +66,7 @@ __global__ void __launch_bounds__(tensor_threads) tensor_kernel(tensor_kernel_ar
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const std::size_t i = base + u * nt;
-      if (i < a.vecs) v[u] = load_vec(xv + i * E);
+      if (i < a.vecs) v[u] = Quantize ? load_vec(xv + i * E) : load_vec_cached(xv + i * E);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {

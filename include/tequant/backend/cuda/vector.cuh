@@ -56,6 +56,9 @@ __device__ __forceinline__ void unpack(const uint4& v, float* f) {
 
 /// Streaming 16-byte load: read once, so do not keep it in L1.
 __device__ __forceinline__ uint4 load_vec(const void* p) { return __ldcs(reinterpret_cast<const uint4*>(p)); }
+/// Cached 16-byte load: for current scaling's amax pass, whose input the cast pass reads right after
+/// (a tensor that fits in L2 is then read from HBM once, not twice).
+__device__ __forceinline__ uint4 load_vec_cached(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
 
 /// Two FP8 codes, `a` in the low byte. On sm_89+ this is the cvt.rn.satfinite instruction, checked
 /// bit-equal to encode_fp8 on every non-NaN float by tests/cuda/numerics_cuda_test.cu. NaN goes
