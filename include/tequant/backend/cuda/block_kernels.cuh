@@ -109,6 +109,34 @@ __device__ __forceinline__ void store_tile_codes(const block_kernel_args& a, std
     if (c + e < a.cols) p[e] = static_cast<std::uint8_t>(w[e / 4] >> (8 * (e % 4)));
 }
 
+/// Byte offset of (input column `col`, tile row `row`) in the transposed shared tile: column-major,
+/// H bytes per column, with the 4-byte words of each column XOR-swizzled by the writing lane. The
+/// lanes of a warp write the same row of 32 columns E apart; unswizzled, those bytes lie H*E bytes
+/// apart, all in one shared-memory bank (a 32-way conflict on every byte store). The swizzle puts
+/// lane l's word in bank (word ^ l) (for H = 128; H = 32 spreads over 8 banks). It permutes words only
+/// inside aligned 16-byte groups plus whole groups, so the read-back stays one 16-byte load.
+/// (Host-callable too: tests/cuda/transposed_tile_test.cu checks the mapping without a GPU.)
+template <int E, int H>
+__host__ __device__ __forceinline__ int transposed_offset(int col, int row) {
+  constexpr int words = H / 4;
+  const int swizzle = (col / E) & (words - 1);  // the writing lane
+  return col * H + ((((row >> 2) ^ swizzle)) << 2) + (row & 3);
+}
+
+/// The 16 bytes of column `col` at tile rows [16*chunk, 16*chunk + 16), un-swizzled.
+template <int E, int H>
+__host__ __device__ __forceinline__ uint4 load_transposed_chunk(const std::uint8_t* tile, int col, int chunk) {
+  constexpr int words = H / 4;
+  const int swizzle = (col / E) & (words - 1);
+  // Logical word 4*chunk + j sits at physical word (4*chunk + j) ^ swizzle
+  // = 4*(chunk ^ (swizzle >> 2)) + (j ^ (swizzle & 3)).
+  uint4 q = *reinterpret_cast<const uint4*>(tile + col * H + ((chunk ^ (swizzle >> 2)) << 4));
+  // word j <- word j ^ (swizzle & 3), as two conditional swaps (no local-memory indexing)
+  if (swizzle & 1) q = make_uint4(q.y, q.x, q.w, q.z);
+  if (swizzle & 2) q = make_uint4(q.z, q.w, q.x, q.y);
+  return q;
+}
+
 /// T: input type; B: block length (32 MXFP8, 128 block scaling); H: tile height (B when columnwise or
 /// 2D outputs are wanted, less for rowwise-only 1D, where rows are independent); Transposed:
 /// columnwise data is written as [cols, rows] through shared memory.
@@ -227,7 +255,8 @@ __global__ void __launch_bounds__(block_threads, 2) block_kernel(const __grid_co
         if constexpr (Transposed) {
 #pragma unroll
           for (int e = 0; e < E; ++e)
-            transposed[(lane * E + e) * H + warp + 8 * k] = static_cast<std::uint8_t>(w[e / 4] >> (8 * (e % 4)));
+            transposed[transposed_offset<E, H>(lane * E + e, warp + 8 * k)] =
+                static_cast<std::uint8_t>(w[e / 4] >> (8 * (e % 4)));
         } else {
           store_tile_codes<E>(a, a.col_data, r0 + warp + 8 * k, c, w);
         }
@@ -241,12 +270,11 @@ __global__ void __launch_bounds__(block_threads, 2) block_kernel(const __grid_co
           const std::size_t cc = c0 + col;
           if (cc >= a.cols) continue;
           std::uint8_t* dst = a.col_data + cc * a.rows + r0 + chunk * 16;
-          const std::uint8_t* src = transposed + col * H + chunk * 16;
           if (full) {
-            __stcs(reinterpret_cast<uint4*>(dst), *reinterpret_cast<const uint4*>(src));
+            __stcs(reinterpret_cast<uint4*>(dst), load_transposed_chunk<E, H>(transposed, col, chunk));
           } else {
             for (int b = 0; b < 16; ++b)
-              if (r0 + chunk * 16 + b < a.rows) dst[b] = src[b];
+              if (r0 + chunk * 16 + b < a.rows) dst[b] = transposed[transposed_offset<E, H>(col, chunk * 16 + b)];
           }
         }
       }
