@@ -1,75 +1,153 @@
 #!/usr/bin/env bash
 # One-shot GPU check for the CUDA backend (run from the repository root on a machine with a GPU):
-# configure + build the CUDA targets for sm_90, run the CUDA tests, run bench_cuda, time PyTorch eager
-# doing the same quantization when torch is importable, and print a short table last.
-# Needs nvcc and CMake only: without doctest the tests are skipped (reported), without Google
-# Benchmark the table still comes from the standalone build of benchmarks/bench_cuda.cu. Nothing is
-# downloaded. Budget: well under 8 minutes on an H200 with 16 cores.
+# configure + build the CUDA targets for sm_90, run the CUDA tests (and the one-rank NCCL test when
+# NCCL is found), run bench_cuda, time PyTorch eager doing the same quantization when torch is
+# importable, and print a short table last. Exit status 0 only when everything that should run passed.
+# Needs nvcc and CMake only: without an installed doctest it uses third_party/doctest (the GPU image
+# has none and nothing can be downloaded there); without Google Benchmark the table still comes from
+# the standalone build of benchmarks/bench_cuda.cu.
+# Budget: every step's timeout is capped by what is left of TEQUANT_GPU_CHECK_BUDGET (default 420 s),
+# so a hang cannot eat the caller's 8 minutes and the table is always printed.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$(pwd)
 B=${TEQUANT_GPU_CHECK_DIR:-build/gpu-check}
 ARCH=${TEQUANT_CUDA_ARCH:-90}
 JOBS=${JOBS:-16}
+BUDGET=${TEQUANT_GPU_CHECK_BUDGET:-420}
 mkdir -p "$B"
 LOG="$B/gpu-check.log"
 : >"$LOG"
 t0=$(date +%s)
+rc=0
 say() { echo "[gpu-check $(($(date +%s) - t0))s] $*" | tee -a "$LOG"; }
+# Seconds a step may take: its own limit, capped by the budget left minus what the later steps need.
+limit() {
+  local want=$1 reserve=${2:-30} left
+  left=$((BUDGET - ($(date +%s) - t0) - reserve))
+  [ "$left" -lt "$want" ] && want=$left
+  [ "$want" -lt 1 ] && want=1
+  echo "$want"
+}
+enough_time() { [ $((BUDGET - ($(date +%s) - t0))) -gt "$1" ]; }
+run_for() { local s=$1; shift; timeout -k 10 "$s" "$@"; }  # timeout signals the whole process group
 
+if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
 say "device: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo 'nvidia-smi unavailable')"
 say "nvcc: $(nvcc --version 2>/dev/null | tail -1 || echo missing)   cmake: $(cmake --version 2>/dev/null | head -1)"
+gpu_seen=0
+nvidia-smi -L 2>/dev/null | grep -q '^GPU' && gpu_seen=1
 
-# ---- standalone benchmark: plain nvcc, built in the background while CMake works ------------------
-NVCC_FLAGS=(-O3 -std=c++20 --expt-relaxed-constexpr "-arch=sm_${ARCH}" -Iinclude -DTEQUANT_BENCH_STANDALONE)
-( timeout 300 nvcc "${NVCC_FLAGS[@]}" benchmarks/bench_cuda.cu -o "$B/bench_cuda_standalone" >"$B/standalone-build.log" 2>&1
+# ---- standalone benchmark and example: plain nvcc, built in the background while CMake works -------
+NVCC_FLAGS=(-O3 -std=c++20 --expt-relaxed-constexpr "-arch=sm_${ARCH}" -Iinclude)
+( run_for "$(limit 240 150)" nvcc "${NVCC_FLAGS[@]}" -DTEQUANT_BENCH_STANDALONE benchmarks/bench_cuda.cu \
+    -o "$B/bench_cuda_standalone" >"$B/standalone-build.log" 2>&1
   echo $? >"$B/standalone-build.rc" ) &
 standalone_pid=$!
-( timeout 300 nvcc "${NVCC_FLAGS[@]}" examples/cuda_training.cu -o "$B/cuda_training" >"$B/example-build.log" 2>&1
+( run_for "$(limit 240 150)" nvcc "${NVCC_FLAGS[@]}" examples/cuda_training.cu -o "$B/cuda_training" >"$B/example-build.log" 2>&1
   echo $? >"$B/example-build.rc" ) &
 example_pid=$!
 
-# ---- CMake: tests when doctest is there, bench_cuda when Google Benchmark is there -----------------
-common=(-DCMAKE_BUILD_TYPE=Release -DTEQUANT_ENABLE_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=${ARCH}" -DTEQUANT_BUILD_EXAMPLES=OFF
-        -DTEQUANT_ENABLE_MPI=OFF -DTEQUANT_ENABLE_LIBTORCH=OFF -DTEQUANT_WERROR=OFF -DTEQUANT_INSTALL=OFF)
-# Tests need doctest, benchmarks need Google Benchmark (both REQUIRED at configure time): try the
-# richest configuration first and fall back, saying what is missing.
+# ---- which optional packages CMake finds (one cheap probe instead of a configure per combination) ---
+probe="$B/probe"
+rm -rf "$probe" && mkdir -p "$probe"
+printf '%s\n' 'cmake_minimum_required(VERSION 3.24)' 'project(probe LANGUAGES CXX)' \
+  'find_package(doctest QUIET)' 'find_package(benchmark QUIET)' \
+  'message(STATUS "PROBE doctest=${doctest_FOUND} benchmark=${benchmark_FOUND}")' >"$probe/CMakeLists.txt"
+gen=()
+if ! command -v make >/dev/null 2>&1 && command -v ninja >/dev/null 2>&1; then gen=(-G Ninja); fi
+probe_out=$(run_for "$(limit 60)" cmake "${gen[@]}" -S "$probe" -B "$probe/b" 2>&1 | grep 'PROBE ' || true)
+tests=ON
+bench=OFF
+doctest_args=()
+grep -q 'benchmark=1' <<<"$probe_out" && bench=ON
+# TEQUANT_GPU_CHECK_VENDORED_DOCTEST=1 takes the vendored copy even when one is installed (to test this path).
+if ! grep -q 'doctest=1' <<<"$probe_out" || [ "${TEQUANT_GPU_CHECK_VENDORED_DOCTEST:-0}" = 1 ]; then
+  if [ -f third_party/doctest/doctest/doctest.h ]; then
+    # A config file for the vendored header, so that tests/CMakeLists.txt's find_package finds it.
+    mkdir -p "$B/doctest-config"
+    printf '%s\n' 'if(NOT TARGET doctest::doctest)' '  add_library(doctest::doctest INTERFACE IMPORTED)' \
+      "  set_target_properties(doctest::doctest PROPERTIES INTERFACE_INCLUDE_DIRECTORIES \"$ROOT/third_party/doctest\")" \
+      'endif()' 'set(doctest_FOUND TRUE)' >"$B/doctest-config/doctestConfig.cmake"
+    doctest_args=("-Ddoctest_DIR=$ROOT/$B/doctest-config")
+    say "doctest not installed: using third_party/doctest"
+  else
+    tests=OFF
+  fi
+fi
+[ "$bench" = OFF ] && say "Google Benchmark missing: bench_cuda (JSON) not built; the standalone bench still runs"
+
+# NCCL: the toolkit's, else the one of the pip package nvidia-nccl-* (PyTorch's), if any.
+nccl_args=()
+if [ ! -f "$(dirname "$(command -v nvcc)")/../include/nccl.h" ] && [ ! -f /usr/include/nccl.h ]; then
+  nccl_root=$(run_for 30 python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null || true)
+  nccl_h=$( [ -n "$nccl_root" ] && find "$nccl_root" -name nccl.h 2>/dev/null | head -1)
+  nccl_so=$( [ -n "$nccl_root" ] && find "$nccl_root" -name 'libnccl.so*' 2>/dev/null | head -1)
+  if [ -n "$nccl_h" ] && [ -n "$nccl_so" ]; then
+    nccl_args=("-DNCCL_INCLUDE_DIR=$(dirname "$nccl_h")" "-DNCCL_LIBRARY=$nccl_so")
+    say "NCCL from $nccl_root"
+  fi
+fi
+
+# ---- CMake configure and build ------------------------------------------------------------------------
+common=("${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DTEQUANT_ENABLE_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=${ARCH}"
+        -DTEQUANT_BUILD_EXAMPLES=OFF -DTEQUANT_ENABLE_MPI=OFF -DTEQUANT_ENABLE_LIBTORCH=OFF -DTEQUANT_WERROR=OFF
+        -DTEQUANT_INSTALL=OFF "${doctest_args[@]}" "${nccl_args[@]}")
 have_tests=0
-tests_status="not built"
+tests_status="not built (no doctest)"
 configured=0
-for combo in "ON ON" "OFF ON" "ON OFF" "OFF OFF"; do
-  read -r tests bench <<<"$combo"
+for combo in "$tests $bench" "$tests OFF" "OFF OFF"; do
+  read -r t b <<<"$combo"
   rm -rf "$B/cmake"
-  if cmake -S . -B "$B/cmake" "${common[@]}" -DTEQUANT_BUILD_TESTS=$tests -DTEQUANT_BUILD_BENCHMARKS=$bench >>"$LOG" 2>&1; then
+  if run_for "$(limit 120 200)" cmake -S . -B "$B/cmake" "${common[@]}" -DTEQUANT_BUILD_TESTS="$t" -DTEQUANT_BUILD_BENCHMARKS="$b" >>"$LOG" 2>&1; then
     configured=1
-    [ "$tests" = ON ] && have_tests=1
-    [ "$tests" = OFF ] && tests_status="not built (configure with tests failed: doctest-dev missing?)"
-    [ "$bench" = OFF ] && say "Google Benchmark missing: bench_cuda (JSON) not built; the standalone bench still runs"
-    say "configured: tests=$tests benchmarks=$bench"
+    [ "$t" = ON ] && have_tests=1
+    [ "$t" = OFF ] && [ "$tests" = ON ] && tests_status="not built (configure with tests failed; see $LOG)"
+    say "configured: tests=$t benchmarks=$b"
     break
   fi
 done
-[ "$configured" = 1 ] || say "CMake configure failed in every configuration; see $LOG"
+[ "$configured" = 1 ] || { say "CMake configure failed in every configuration; see $LOG"; rc=1; }
 targets=()
-avail=$(cmake --build "$B/cmake" --target help 2>/dev/null)
-for t in cuda_numerics_test cuda_backend_test cuda_manager_test bench_cuda; do
-  grep -q "^\.\.\. $t\$" <<<"$avail" && targets+=("$t")
-done
+if [ "$configured" = 1 ]; then
+  # Every CUDA test target (ctest runs every ^cuda_ test: one not built would be "Not Run") and the
+  # NCCL test, read from CTest's list (generator-independent: Ninja's "help" omits executables), and
+  # the benchmark when Google Benchmark was found.
+  mapfile -t targets < <({
+    ctest --test-dir "$B/cmake" -N 2>/dev/null |
+      sed -nE 's/^ *Test +#[0-9]+: (cuda_[A-Za-z0-9_]*_test)(_host)?$/\1/p; s/^ *Test +#[0-9]+: (comm_nccl)_(host|device)$/\1/p'
+    [ "$b" = ON ] && [ -f benchmarks/bench_cuda.cu ] && echo bench_cuda
+  } | sort -u)
+fi
+grep -qx comm_nccl < <(printf '%s\n' "${targets[@]}") || say "NCCL not found: comm_nccl (one-rank NCCL test) not built"
 say "building: ${targets[*]:-nothing} (-j${JOBS})"
 if [ ${#targets[@]} -gt 0 ]; then
-  timeout 360 cmake --build "$B/cmake" -j"$JOBS" --target "${targets[@]}" >>"$LOG" 2>&1 || say "build FAILED; see $LOG"
+  run_for "$(limit 300 180)" cmake --build "$B/cmake" -j"$JOBS" --target "${targets[@]}" >>"$LOG" 2>&1 ||
+    { say "build FAILED or timed out; see $LOG"; rc=1; }
 fi
 
-# ---- CUDA tests -----------------------------------------------------------------------------------
+# ---- CUDA tests (and the one-rank NCCL test) -------------------------------------------------------
 if [ "$have_tests" = 1 ] && [ -x "$B/cmake/tests/cuda/cuda_backend_test" ]; then
   say "running CUDA tests"
-  if timeout 240 ctest --test-dir "$B/cmake" -R "^cuda_" --output-on-failure >"$B/ctest.log" 2>&1; then
-    tests_status="passed: $(grep -E 'tests passed' "$B/ctest.log" | tail -1)"
+  ctest_rc=0
+  run_for "$(limit 200 120)" ctest --test-dir "$B/cmake" -R "^(cuda_|comm_nccl)" -j4 --output-on-failure >"$B/ctest.log" 2>&1 || ctest_rc=$?
+  summary=$(grep -E 'tests passed|tests failed' "$B/ctest.log" | tail -1)
+  skipped=$(grep -c '\*\*\*Skipped' "$B/ctest.log")
+  if [ "$ctest_rc" = 124 ] || [ "$ctest_rc" = 137 ]; then
+    tests_status="FAILED: ctest timed out (see $B/ctest.log)"; rc=1
+  elif [ "$ctest_rc" != 0 ]; then
+    tests_status="FAILED: $summary (see $B/ctest.log)"; rc=1
+  elif [ "$skipped" != 0 ]; then
+    # On the GPU check a skipped device test is a failure: it passed without running (no usable device?).
+    why=$(grep -m1 -ho 'no usable CUDA device: [^;]*' "$B/cmake/Testing/Temporary/LastTest.log" 2>/dev/null)
+    tests_status="FAILED: $skipped test(s) SKIPPED (${why:-no CUDA device}; GPU seen by nvidia-smi: $gpu_seen); $summary"; rc=1
   else
-    tests_status="FAILED: $(grep -E 'tests passed|tests failed' "$B/ctest.log" | tail -1) (see $B/ctest.log)"
+    tests_status="passed: $summary"
   fi
-  grep -E "Test +#|Skipped|Failed" "$B/ctest.log" | tee -a "$LOG"
-elif [ "$have_tests" = 1 ]; then
-  tests_status="not built (build failed; see $LOG)"
+  grep -E "Test +#|Skipped|Failed|Not Run" "$B/ctest.log" | tee -a "$LOG"
+else
+  [ "$have_tests" = 1 ] && tests_status="not built (build failed; see $LOG)"
+  rc=1
 fi
 
 # ---- the CUDA example (FP8 training through the manager; exits 1 if it does not learn) -------------
@@ -77,9 +155,16 @@ wait "$example_pid"
 example_status="not built (see $B/example-build.log)"
 if [ "$(cat "$B/example-build.rc" 2>/dev/null)" = 0 ]; then
   say "running examples/cuda_training"
-  if timeout 60 "$B/cuda_training" >"$B/example.txt" 2>&1; then example_status="passed: $(tail -1 "$B/example.txt")"
-  else example_status="FAILED: $(tail -1 "$B/example.txt") (see $B/example.txt)"; fi
+  if ! run_for "$(limit 60 90)" "$B/cuda_training" >"$B/example.txt" 2>&1; then
+    example_status="FAILED: $(tail -1 "$B/example.txt") (see $B/example.txt)"; rc=1
+  elif grep -q 'no CUDA device' "$B/example.txt"; then  # it exits 0 without a device: not a pass here
+    example_status="SKIPPED: $(tail -1 "$B/example.txt")"; rc=1
+  else
+    example_status="passed: $(tail -1 "$B/example.txt")"
+  fi
   tail -3 "$B/example.txt" | tee -a "$LOG"
+else
+  rc=1
 fi
 
 # ---- benchmarks -----------------------------------------------------------------------------------
@@ -88,25 +173,30 @@ bench_out="$B/bench-standalone.txt"
 : >"$bench_out"
 if [ "$(cat "$B/standalone-build.rc" 2>/dev/null)" = 0 ]; then
   say "running bench_cuda (standalone)"
-  timeout 120 "$B/bench_cuda_standalone" >"$bench_out" 2>&1
-  echo "rc=$?" >>"$bench_out"
+  bench_rc=0
+  run_for "$(limit 90 60)" "$B/bench_cuda_standalone" >"$bench_out" 2>&1 || bench_rc=$?
+  echo "rc=$bench_rc" >>"$bench_out"
+  [ "$bench_rc" = 0 ] || rc=1
   grep -v '^RESULT' "$bench_out" | tee -a "$LOG"
 else
   say "standalone bench build FAILED; see $B/standalone-build.log"
+  rc=1
 fi
-if [ -x "$B/cmake/benchmarks/bench_cuda" ]; then
+if [ -x "$B/cmake/benchmarks/bench_cuda" ] && enough_time 75; then
   say "running bench_cuda (Google Benchmark, JSON in $B/bench_cuda.json)"
-  timeout 120 "$B/cmake/benchmarks/bench_cuda" --benchmark_out="$B/bench_cuda.json" --benchmark_out_format=json \
-    >"$B/bench-gbench.txt" 2>&1 || say "bench_cuda (Google Benchmark) failed; see $B/bench-gbench.txt"
+  run_for "$(limit 60 45)" "$B/cmake/benchmarks/bench_cuda" --benchmark_out="$B/bench_cuda.json" --benchmark_out_format=json \
+    >"$B/bench-gbench.txt" 2>&1 || say "bench_cuda (Google Benchmark) failed or timed out; see $B/bench-gbench.txt"
   grep -E "median" "$B/bench-gbench.txt" | tee -a "$LOG"
 fi
 
-# ---- PyTorch eager, the same quantization -----------------------------------------------------------
+# ---- PyTorch eager, the same quantization (optional: no python3 or torch is not a failure) ----------
 torch_out="$B/torch.txt"
 : >"$torch_out"
-if timeout 60 python3 -c "import torch; assert torch.cuda.is_available()" >/dev/null 2>&1; then
+if ! enough_time 40; then
+  say "no time left for the PyTorch comparison"
+elif run_for "$(limit 40 15)" python3 -c "import torch; assert torch.cuda.is_available()" >/dev/null 2>&1; then
   say "timing PyTorch eager (amax, scale, cast to float8_e4m3fn)"
-  timeout 120 python3 - >"$torch_out" 2>&1 <<'PY'
+  run_for "$(limit 60 10)" python3 - >"$torch_out" 2>&1 <<'PY'
 import torch
 n_bytes = 256 << 20
 def median_us(fn, reps=30):
@@ -133,7 +223,7 @@ print("TORCH tensor bf16 current (amax, scale, cast)|%.1f" % median_us(current_b
 print("TORCH tensor fp32 delayed (cast+amax)|%.1f" % median_us(delayed_fp32))
 print("torch", torch.__version__)
 PY
-  cat "$torch_out" | tee -a "$LOG"
+  tee -a "$LOG" <"$torch_out"
 else
   say "PyTorch with CUDA not importable: no PyTorch comparison"
 fi
@@ -143,7 +233,7 @@ echo
 echo "================ tequant CUDA check (sm_${ARCH}, $(date -u +%Y-%m-%dT%H:%MZ), $(($(date +%s) - t0)) s) ================"
 echo "tests: $tests_status"
 echo "example cuda_training: $example_status"
-grep -E '^self-check overall' "$bench_out" || echo "self-check: not run"
+grep -E '^(self-check overall|bench_cuda: )' "$bench_out" || echo "self-check: not run"
 awk -F'|' -v torchfile="$torch_out" '
   BEGIN {
     while ((getline line < torchfile) > 0) if (line ~ /^TORCH /) { split(line, p, "|"); sub(/^TORCH /, "", p[1]); torch[p[1]] = p[2] }
@@ -162,4 +252,5 @@ awk -F'|' -v torchfile="$torch_out" '
     if (upd != "") printf "%-44s %9.2f %9s %8s %7s\n", "delayed update 3000 slots L=1024 (1 launch)", upd, "-", "-", "<=10us"
     if (copy == "") print "no benchmark numbers (see the log above)"
   }' "$bench_out"
-echo "log: $LOG"
+echo "overall: $([ "$rc" = 0 ] && echo PASS || echo FAIL)   log: $LOG"
+exit "$rc"
