@@ -107,47 +107,58 @@ DEVICE_CASE_TEMPLATE("host and device quantizers are byte-identical on large inp
       }
     }
   }
-  // MXFP8 and block, both directions, 2D too, on shapes with several tiles per dimension.
+  // MXFP8 and block, both directions, 2D too, on shapes with several tiles per dimension; input at
+  // offset 0 (the 16-byte vector path) and at offset 1 (the scalar path), both FP8 formats.
   for (const bool tile_2d : {false, true}) {
-    const std::size_t M = 640, K = 1056;  // MXFP8: multiples of 32; block: partial 128-tiles on both axes
-    CAPTURE(tile_2d);
-    const auto rs = tequant::mxfp8_rowwise_scale_shape(M, K), cs = tequant::mxfp8_columnwise_scale_shape(M, K);
-    std::vector<std::uint8_t> hr(M * K), hc(M * K), hrs(rs.size()), hcs(cs.size());
-    hb.quantize_mxfp8(tequant::matrix_view<const T>{xs.data(), M, K}, tequant::fp8_dtype::e4m3, tile_2d,
-                      tequant::mxfp8_output{hr, hrs, hc, hcs});
-    auto r = db.make_buffer<std::uint8_t>(M * K), c = db.make_buffer<std::uint8_t>(M * K);
-    auto r_s = db.make_buffer<std::uint8_t>(rs.size()), c_s = db.make_buffer<std::uint8_t>(cs.size());
-    db.quantize_mxfp8(tequant::matrix_view<const T>{x.data(), M, K}, tequant::fp8_dtype::e4m3, tile_2d,
-                      tequant::mxfp8_output{{r.data(), M * K}, {r_s.data(), rs.size()}, {c.data(), M * K}, {c_s.data(), cs.size()}});
-    CHECK(bytes_of(db, r.data(), M * K) == hr);
-    CHECK(bytes_of(db, c.data(), M * K) == hc);
-    CHECK(bytes_of(db, r_s.data(), rs.size()) == hrs);
-    CHECK(bytes_of(db, c_s.data(), cs.size()) == hcs);
-    // Rowwise only takes the shorter-tile kernel.
-    db.quantize_mxfp8(tequant::matrix_view<const T>{x.data(), M, K}, tequant::fp8_dtype::e4m3, false,
-                      tequant::mxfp8_output{{r.data(), M * K}, {r_s.data(), rs.size()}, {}, {}});
-    std::vector<std::uint8_t> hr1(M * K), hrs1(rs.size());
-    hb.quantize_mxfp8(tequant::matrix_view<const T>{xs.data(), M, K}, tequant::fp8_dtype::e4m3, false,
-                      tequant::mxfp8_output{hr1, hrs1, {}, {}});
-    CHECK(bytes_of(db, r.data(), M * K) == hr1);
-    CHECK(bytes_of(db, r_s.data(), rs.size()) == hrs1);
+    for (const std::size_t xoff : {std::size_t{0}, std::size_t{1}}) {
+      const auto d8 = xoff == 0 ? tequant::fp8_dtype::e4m3 : tequant::fp8_dtype::e5m2;
+      const bool pow2 = xoff == 1;
+      const std::size_t M = 640, K = 1056;  // MXFP8: multiples of 32; block: partial 128-tiles on both axes
+      CAPTURE(tile_2d);
+      CAPTURE(xoff);
+      const auto rs = tequant::mxfp8_rowwise_scale_shape(M, K), cs = tequant::mxfp8_columnwise_scale_shape(M, K);
+      std::vector<std::uint8_t> hr(M * K), hc(M * K), hrs(rs.size()), hcs(cs.size());
+      hb.quantize_mxfp8(tequant::matrix_view<const T>{xs.data() + xoff, M, K}, d8, tile_2d, tequant::mxfp8_output{hr, hrs, hc, hcs});
+      auto r = db.make_buffer<std::uint8_t>(M * K), c = db.make_buffer<std::uint8_t>(M * K);
+      auto r_s = db.make_buffer<std::uint8_t>(rs.size()), c_s = db.make_buffer<std::uint8_t>(cs.size());
+      db.quantize_mxfp8(tequant::matrix_view<const T>{x.data() + xoff, M, K}, d8, tile_2d,
+                        tequant::mxfp8_output{{r.data(), M * K}, {r_s.data(), rs.size()}, {c.data(), M * K}, {c_s.data(), cs.size()}});
+      CHECK(bytes_of(db, r.data(), M * K) == hr);
+      CHECK(bytes_of(db, c.data(), M * K) == hc);
+      CHECK(bytes_of(db, r_s.data(), rs.size()) == hrs);
+      CHECK(bytes_of(db, c_s.data(), cs.size()) == hcs);
+      // Rowwise only takes the shorter-tile kernel.
+      db.quantize_mxfp8(tequant::matrix_view<const T>{x.data() + xoff, M, K}, d8, false,
+                        tequant::mxfp8_output{{r.data(), M * K}, {r_s.data(), rs.size()}, {}, {}});
+      std::vector<std::uint8_t> hr1(M * K), hrs1(rs.size());
+      hb.quantize_mxfp8(tequant::matrix_view<const T>{xs.data() + xoff, M, K}, d8, false, tequant::mxfp8_output{hr1, hrs1, {}, {}});
+      CHECK(bytes_of(db, r.data(), M * K) == hr1);
+      CHECK(bytes_of(db, r_s.data(), rs.size()) == hrs1);
 
-    const std::size_t BM = 650, BK = 1000;
-    const auto brs = tile_2d ? tequant::block_2d_rowwise_scale_shape(BM, BK) : tequant::block_1d_rowwise_scale_shape(BM, BK);
-    const auto bcs = tile_2d ? tequant::block_2d_columnwise_scale_shape(BM, BK) : tequant::block_1d_columnwise_scale_shape(BM, BK);
-    std::vector<std::uint8_t> br(BM * BK), bc(BM * BK);
-    std::vector<float> brsv(brs.size()), bcsv(bcs.size());
-    hb.quantize_block(tequant::matrix_view<const T>{xs.data() + 1, BM, BK}, tequant::fp8_dtype::e4m3, tile_2d, false, 0.0f,
-                      tequant::block_output{br, brsv, bc, bcsv});
-    auto r2 = db.make_buffer<std::uint8_t>(BM * BK), c2 = db.make_buffer<std::uint8_t>(BM * BK);
-    auto r2s = db.make_buffer<float>(brs.size()), c2s = db.make_buffer<float>(bcs.size());
-    db.quantize_block(tequant::matrix_view<const T>{x.data() + 1, BM, BK}, tequant::fp8_dtype::e4m3, tile_2d, false, 0.0f,
-                      tequant::block_output{{r2.data(), BM * BK}, {r2s.data(), brs.size()}, {c2.data(), BM * BK}, {c2s.data(), bcs.size()}});
-    CHECK(bytes_of(db, r2.data(), BM * BK) == br);
-    CHECK(bytes_of(db, c2.data(), BM * BK) == bc);
-    CHECK(same_floats(bytes_of(db, r2s.data(), brs.size()), brsv));
-    CHECK(same_floats(bytes_of(db, c2s.data(), bcs.size()), bcsv));
+      const std::size_t BM = 650, BK = 1000;
+      const auto brs = tile_2d ? tequant::block_2d_rowwise_scale_shape(BM, BK) : tequant::block_1d_rowwise_scale_shape(BM, BK);
+      const auto bcs = tile_2d ? tequant::block_2d_columnwise_scale_shape(BM, BK) : tequant::block_1d_columnwise_scale_shape(BM, BK);
+      std::vector<std::uint8_t> br(BM * BK), bc(BM * BK);
+      std::vector<float> brsv(brs.size()), bcsv(bcs.size());
+      hb.quantize_block(tequant::matrix_view<const T>{xs.data() + xoff, BM, BK}, d8, tile_2d, pow2, 0.0f,
+                        tequant::block_output{br, brsv, bc, bcsv});
+      auto r2 = db.make_buffer<std::uint8_t>(BM * BK), c2 = db.make_buffer<std::uint8_t>(BM * BK);
+      auto r2s = db.make_buffer<float>(brs.size()), c2s = db.make_buffer<float>(bcs.size());
+      db.quantize_block(tequant::matrix_view<const T>{x.data() + xoff, BM, BK}, d8, tile_2d, pow2, 0.0f,
+                        tequant::block_output{{r2.data(), BM * BK}, {r2s.data(), brs.size()}, {c2.data(), BM * BK}, {c2s.data(), bcs.size()}});
+      CHECK(bytes_of(db, r2.data(), BM * BK) == br);
+      CHECK(bytes_of(db, c2.data(), BM * BK) == bc);
+      CHECK(same_floats(bytes_of(db, r2s.data(), brs.size()), brsv));
+      CHECK(same_floats(bytes_of(db, c2s.data(), bcs.size()), bcsv));
+    }
   }
+}
+
+// The suite's long rows with a different magnitude per block (the eight-blocks-at-a-time paths).
+DEVICE_CASE_TEMPLATE("MXFP8 and block rowwise on long rows match the reference", T, float, tequant::bf16, tequant::fp16) {
+  test_stream s;
+  tequant::cuda_backend b{s.s};
+  backend_suite::check_wide_rows<T>(b);
 }
 
 namespace {
@@ -290,9 +301,15 @@ TEST_CASE("nvcc host: CUDA failures become tequant::error naming the operation")
   if (cuda_test::no_device()) {
     CHECK_THROWS_WITH_AS(b.make_buffer<float>(16), doctest::Contains("tequant: CUDA error in cudaMalloc"), tequant::error);
   } else {
-    auto buf = b.make_buffer<float>(4);
-    const auto* bogus = reinterpret_cast<const float*>(std::uintptr_t{0x10});
-    CHECK_THROWS_WITH_AS(b.copy(buf.data(), bogus, 4), doctest::Contains("tequant: CUDA error in cudaMemcpyAsync(copy)"),
+    // A failure that is reported synchronously and leaves the context usable (a copy from a bogus
+    // pointer may instead fault asynchronously and poison the context): an impossible allocation.
+    CHECK_THROWS_WITH_AS(b.make_buffer<float>(std::size_t{1} << 50),
+                         doctest::Contains("tequant: CUDA error in cudaMalloc(device_buffer): cudaErrorMemoryAllocation"),
                          tequant::error);
+    // check() cleared the error: the next operations succeed and are not blamed for it.
+    auto buf = b.make_buffer<float>(4);
+    b.fill(buf.data(), 4, 2.5f);
+    CHECK(b.read(buf.data() + 3) == 2.5f);
+    CHECK(cudaPeekAtLastError() == cudaSuccess);
   }
 }
