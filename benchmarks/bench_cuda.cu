@@ -159,6 +159,20 @@ struct fixture {
   }
 };
 
+bool have_device() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  // Say why (no driver, driver older than the toolkit, ...): on the GPU machine this is a failure.
+  if (e != cudaSuccess) std::fprintf(stderr, "bench_cuda: cudaGetDeviceCount: %s (%s)\n", cudaGetErrorName(e), cudaGetErrorString(e));
+  return e == cudaSuccess && n > 0;
+}
+
+}  // namespace
+
+#ifdef TEQUANT_BENCH_STANDALONE
+
+namespace {
+
 // Median time of `reps` runs in milliseconds, each bracketed by its own pair of events.
 double median_ms(fixture& f, const bench_case& c, int reps) {
   cudaEvent_t e0, e1;
@@ -180,17 +194,6 @@ double median_ms(fixture& f, const bench_case& c, int reps) {
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
 }
-
-bool have_device() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
-}  // namespace
-
-#ifdef TEQUANT_BENCH_STANDALONE
-
-namespace {
 
 // Device against host_backend on a 4 Mi-element slice: the numbers below mean nothing if this fails.
 bool self_check(fixture& f) {
@@ -239,6 +242,14 @@ bool self_check(fixture& f) {
                        f.blk(M, K, false, true, true));
     same("block 1x128 rowwise data", r, f.q0.data());
     same("block 1x128 columnwise data", c, f.q1.data());
+    // The scales compared as bytes: the byte compare above only covers the data.
+    const auto as_bytes = [](const std::vector<float>& v) {
+      std::vector<std::uint8_t> b(v.size() * sizeof(float));
+      std::memcpy(b.data(), v.data(), b.size());
+      return b;
+    };
+    same("block 1x128 rowwise scales", as_bytes(rsc), f.s0.data());
+    same("block 1x128 columnwise scales", as_bytes(csc), f.s1.data());
   }
   return ok;
 }
