@@ -11,6 +11,7 @@
 
 #include "tequant/backend/concepts.hpp"
 #include "tequant/backend/layouts.hpp"
+#include "tequant/backend/validate.hpp"
 #include "tequant/detail/host_simd.hpp"
 #include "tequant/error.hpp"
 #include "tequant/format/bits.hpp"
@@ -141,35 +142,15 @@ struct host_backend {
   template <class T>
     requires detail::host_input<T>
   void quantize_mxfp8(matrix_view<const T> x, fp8_dtype d, bool tile_2d, const mxfp8_output& o) const {
-    const std::size_t M = x.rows, K = x.cols;
-    detail::require(M % 32 == 0, "quantize_mxfp8: input has ", M,
-                    " rows; MXFP8 needs the product of the leading dims to be a multiple of 32");
-    detail::require(K % 32 == 0, "quantize_mxfp8: input has ", K, " columns; MXFP8 needs the last dim to be a multiple of 32");
-    const bool row = !o.rowwise_data.empty(), col = !o.columnwise_data.empty();
-    if (x.size() == 0) return;  // an empty tensor (an expert without tokens): every output is empty too
-    detail::require(row || col, "quantize_mxfp8: neither rowwise_data nor columnwise_data requested");
-    detail::require(x.size() == 0 || x.data != nullptr, "quantize_mxfp8: input data is null");
-    const scale_shape rs = mxfp8_rowwise_scale_shape(M, K), cs = mxfp8_columnwise_scale_shape(M, K);
-    if (row) {
-      detail::require_size("quantize_mxfp8", "rowwise_data", o.rowwise_data.size(), M * K, "M*K");
-      detail::require_size("quantize_mxfp8", "rowwise_scale", o.rowwise_scale.size(), rs.size(),
-                           "(roundup(M,128), roundup(K/32,4))");
-    }
-    if (col) {
-      detail::require_size("quantize_mxfp8", "columnwise_data", o.columnwise_data.size(), M * K, "M*K");
-      detail::require_size("quantize_mxfp8", "columnwise_scale", o.columnwise_scale.size(), cs.size(),
-                           "(roundup(M/32,4), roundup(K,128))");
-    }
-    detail::with_dtype(d, [&]<fp8_dtype D>() { mxfp8_impl<D>(x, tile_2d, o, row, col, rs, cs); });
+    const detail::quantize_request r = detail::check_quantize_mxfp8(x.rows, x.cols, x.data, o);
+    if (r.empty) return;
+    detail::with_dtype(d, [&]<fp8_dtype D>() { mxfp8_impl<D>(x, tile_2d, o, r.row, r.col, r.rs, r.cs); });
   }
 
   /// Dequantizes MXFP8 data ([M, K], rowwise or columnwise scales) into out [M, K].
   void dequantize_mxfp8(std::span<const std::uint8_t> q, std::size_t M, std::size_t K, fp8_dtype d, bool columnwise,
                         std::span<const std::uint8_t> scale, std::span<float> out) const {
-    const scale_shape ss = columnwise ? mxfp8_columnwise_scale_shape(M, K) : mxfp8_rowwise_scale_shape(M, K);
-    detail::require_size("dequantize_mxfp8", "data", q.size(), M * K, "M*K");
-    detail::require_size("dequantize_mxfp8", "scale", scale.size(), ss.size(), "TE's padded MXFP8 scale shape");
-    detail::require_size("dequantize_mxfp8", "out", out.size(), M * K, "M*K");
+    const scale_shape ss = detail::check_dequantize_mxfp8(q.size(), M, K, columnwise, scale.size(), out.size());
     for (std::size_t m = 0; m < M; ++m)
       for (std::size_t k = 0; k < K; ++k) {
         const std::uint8_t e = columnwise ? scale[(m / 32) * ss.cols + k] : scale[m * ss.cols + k / 32];
@@ -187,34 +168,15 @@ struct host_backend {
     requires detail::host_input<T>
   void quantize_block(matrix_view<const T> x, fp8_dtype d, bool tile_2d, bool power_2_scale, float amax_epsilon,
                       const block_output& o) const {
-    const std::size_t M = x.rows, K = x.cols;
-    const bool row = !o.rowwise_data.empty(), col = !o.columnwise_data.empty();
-    if (x.size() == 0) return;  // an empty tensor (an expert without tokens): every output is empty too
-    detail::require(row || col, "quantize_block: neither rowwise_data nor columnwise_data requested");
-    detail::require(x.size() == 0 || x.data != nullptr, "quantize_block: input data is null");
-    const scale_shape rs = tile_2d ? block_2d_rowwise_scale_shape(M, K) : block_1d_rowwise_scale_shape(M, K);
-    const scale_shape cs = tile_2d ? block_2d_columnwise_scale_shape(M, K) : block_1d_columnwise_scale_shape(M, K);
-    if (row) {
-      detail::require_size("quantize_block", "rowwise_data", o.rowwise_data.size(), M * K, "M*K");
-      detail::require_size("quantize_block", "rowwise_scale_inv", o.rowwise_scale_inv.size(), rs.size(),
-                           tile_2d ? "(ceil(M/128), roundup(ceil(K/128),4))" : "(ceil(K/128), roundup(M,4))");
-    }
-    if (col) {
-      detail::require_size("quantize_block", "columnwise_data", o.columnwise_data.size(), M * K, "K*M (transposed)");
-      detail::require_size("quantize_block", "columnwise_scale_inv", o.columnwise_scale_inv.size(), cs.size(),
-                           tile_2d ? "(ceil(K/128), roundup(ceil(M/128),4))" : "(ceil(M/128), roundup(K,4))");
-    }
-    detail::with_dtype(d, [&]<fp8_dtype D>() { block_impl<D>(x, tile_2d, power_2_scale, amax_epsilon, o, row, col, rs, cs); });
+    const detail::quantize_request r = detail::check_quantize_block(x.rows, x.cols, x.data, tile_2d, o);
+    if (r.empty) return;
+    detail::with_dtype(d, [&]<fp8_dtype D>() { block_impl<D>(x, tile_2d, power_2_scale, amax_epsilon, o, r.row, r.col, r.rs, r.cs); });
   }
 
   /// Dequantizes FP8 block data into out [M, K]; columnwise data is [K, M].
   void dequantize_block(std::span<const std::uint8_t> q, std::size_t M, std::size_t K, fp8_dtype d, bool tile_2d,
                         bool columnwise, std::span<const float> scale_inv, std::span<float> out) const {
-    const scale_shape ss = tile_2d ? (columnwise ? block_2d_columnwise_scale_shape(M, K) : block_2d_rowwise_scale_shape(M, K))
-                                   : (columnwise ? block_1d_columnwise_scale_shape(M, K) : block_1d_rowwise_scale_shape(M, K));
-    detail::require_size("dequantize_block", "data", q.size(), M * K, "M*K");
-    detail::require_size("dequantize_block", "scale_inv", scale_inv.size(), ss.size(), "TE's block scale shape");
-    detail::require_size("dequantize_block", "out", out.size(), M * K, "M*K");
+    const scale_shape ss = detail::check_dequantize_block(q.size(), M, K, tile_2d, columnwise, scale_inv.size(), out.size());
     for (std::size_t m = 0; m < M; ++m)
       for (std::size_t k = 0; k < K; ++k) {
         std::size_t si;

@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: Apache-2.0
+// Argument checks of the MXFP8 and FP8 block entry points, shared by every backend so that host and
+// device raise the same tequant::error with the same message for the same misuse.
+#pragma once
+#include <cstddef>
+
+#include "tequant/backend/layouts.hpp"
+#include "tequant/error.hpp"
+
+namespace tequant::detail {
+
+/// What a checked quantize call has to produce. `empty`: the input has no elements, so every output is
+/// empty too and nothing is written (an expert without tokens).
+struct quantize_request {
+  bool empty = false, row = false, col = false;
+  scale_shape rs, cs;  // rowwise / columnwise scale shapes, padding included
+};
+
+/// MXFP8 quantize of x [M, K]: M and K multiples of 32, a direction requested, sizes of TE's padded shapes.
+inline quantize_request check_quantize_mxfp8(std::size_t M, std::size_t K, const void* x, const mxfp8_output& o) {
+  require(M % 32 == 0, "quantize_mxfp8: input has ", M,
+          " rows; MXFP8 needs the product of the leading dims to be a multiple of 32");
+  require(K % 32 == 0, "quantize_mxfp8: input has ", K, " columns; MXFP8 needs the last dim to be a multiple of 32");
+  quantize_request r;
+  r.row = !o.rowwise_data.empty();
+  r.col = !o.columnwise_data.empty();
+  if (M * K == 0) {
+    r.empty = true;
+    return r;
+  }
+  require(r.row || r.col, "quantize_mxfp8: neither rowwise_data nor columnwise_data requested");
+  require(x != nullptr, "quantize_mxfp8: input data is null");
+  r.rs = mxfp8_rowwise_scale_shape(M, K);
+  r.cs = mxfp8_columnwise_scale_shape(M, K);
+  if (r.row) {
+    require_size("quantize_mxfp8", "rowwise_data", o.rowwise_data.size(), M * K, "M*K");
+    require_size("quantize_mxfp8", "rowwise_scale", o.rowwise_scale.size(), r.rs.size(), "(roundup(M,128), roundup(K/32,4))");
+  }
+  if (r.col) {
+    require_size("quantize_mxfp8", "columnwise_data", o.columnwise_data.size(), M * K, "M*K");
+    require_size("quantize_mxfp8", "columnwise_scale", o.columnwise_scale.size(), r.cs.size(),
+                 "(roundup(M/32,4), roundup(K,128))");
+  }
+  return r;
+}
+
+/// FP8 block quantize of x [M, K] (1x128 or, with `tile_2d`, 128x128): a direction requested, sizes of
+/// TE's block scale shapes (columnwise data is the transpose, [K, M]).
+inline quantize_request check_quantize_block(std::size_t M, std::size_t K, const void* x, bool tile_2d,
+                                             const block_output& o) {
+  quantize_request r;
+  r.row = !o.rowwise_data.empty();
+  r.col = !o.columnwise_data.empty();
+  if (M * K == 0) {
+    r.empty = true;
+    return r;
+  }
+  require(r.row || r.col, "quantize_block: neither rowwise_data nor columnwise_data requested");
+  require(x != nullptr, "quantize_block: input data is null");
+  r.rs = tile_2d ? block_2d_rowwise_scale_shape(M, K) : block_1d_rowwise_scale_shape(M, K);
+  r.cs = tile_2d ? block_2d_columnwise_scale_shape(M, K) : block_1d_columnwise_scale_shape(M, K);
+  if (r.row) {
+    require_size("quantize_block", "rowwise_data", o.rowwise_data.size(), M * K, "M*K");
+    require_size("quantize_block", "rowwise_scale_inv", o.rowwise_scale_inv.size(), r.rs.size(),
+                 tile_2d ? "(ceil(M/128), roundup(ceil(K/128),4))" : "(ceil(K/128), roundup(M,4))");
+  }
+  if (r.col) {
+    require_size("quantize_block", "columnwise_data", o.columnwise_data.size(), M * K, "K*M (transposed)");
+    require_size("quantize_block", "columnwise_scale_inv", o.columnwise_scale_inv.size(), r.cs.size(),
+                 tile_2d ? "(ceil(K/128), roundup(ceil(M/128),4))" : "(ceil(M/128), roundup(K,4))");
+  }
+  return r;
+}
+
+/// MXFP8 dequantize of [M, K]: returns the scale shape the scale tensor has.
+inline scale_shape check_dequantize_mxfp8(std::size_t data, std::size_t M, std::size_t K, bool columnwise,
+                                          std::size_t scale, std::size_t out) {
+  const scale_shape ss = columnwise ? mxfp8_columnwise_scale_shape(M, K) : mxfp8_rowwise_scale_shape(M, K);
+  require_size("dequantize_mxfp8", "data", data, M * K, "M*K");
+  require_size("dequantize_mxfp8", "scale", scale, ss.size(), "TE's padded MXFP8 scale shape");
+  require_size("dequantize_mxfp8", "out", out, M * K, "M*K");
+  return ss;
+}
+
+/// FP8 block dequantize of [M, K] (columnwise data [K, M]): returns the scale_inv tensor's shape.
+inline scale_shape check_dequantize_block(std::size_t data, std::size_t M, std::size_t K, bool tile_2d, bool columnwise,
+                                          std::size_t scale_inv, std::size_t out) {
+  const scale_shape ss = tile_2d ? (columnwise ? block_2d_columnwise_scale_shape(M, K) : block_2d_rowwise_scale_shape(M, K))
+                                 : (columnwise ? block_1d_columnwise_scale_shape(M, K) : block_1d_rowwise_scale_shape(M, K));
+  require_size("dequantize_block", "data", data, M * K, "M*K");
+  require_size("dequantize_block", "scale_inv", scale_inv, ss.size(), "TE's block scale shape");
+  require_size("dequantize_block", "out", out, M * K, "M*K");
+  return ss;
+}
+
+}  // namespace tequant::detail
