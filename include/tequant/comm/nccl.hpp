@@ -33,8 +33,12 @@ inline void nccl_check(ncclResult_t r, std::string_view call, std::string_view w
 }
 
 inline void cuda_runtime_check(cudaError_t e, std::string_view call, std::string_view where) {
-  if (e != cudaSuccess) [[unlikely]]
+  if (e != cudaSuccess) [[unlikely]] {
+    // Clear a non-sticky error, so that the next, unrelated CUDA call does not report it again
+    // (as tequant::detail::check does for the CUDA backend).
+    (void)cudaGetLastError();
     fail(where, ": ", call, " failed: ", cudaGetErrorName(e), ": ", cudaGetErrorString(e));
+  }
 }
 
 }  // namespace detail
