@@ -80,9 +80,10 @@ fi
 # NCCL: the toolkit's, else the one of the pip package nvidia-nccl-* (PyTorch's), if any.
 nccl_args=()
 if [ ! -f "$(dirname "$(command -v nvcc)")/../include/nccl.h" ] && [ ! -f /usr/include/nccl.h ]; then
-  nccl_root=$(run_for 30 python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null || true)
-  nccl_h=$( [ -n "$nccl_root" ] && find "$nccl_root" -name nccl.h 2>/dev/null | head -1)
-  nccl_so=$( [ -n "$nccl_root" ] && find "$nccl_root" -name 'libnccl.so*' 2>/dev/null | head -1)
+  # The wheels' layout differs between CUDA majors (nvidia/nccl/..., nvidia/cu13/...): search them all.
+  nccl_root=$(run_for 30 python3 -c 'import nvidia as m; print(list(m.__path__)[0])' 2>/dev/null || true)
+  nccl_h=$( [ -n "$nccl_root" ] && find "$nccl_root" -maxdepth 4 -name nccl.h 2>/dev/null | head -1)
+  nccl_so=$( [ -n "$nccl_root" ] && find "$nccl_root" -maxdepth 4 -name 'libnccl.so*' 2>/dev/null | sort | head -1)
   if [ -n "$nccl_h" ] && [ -n "$nccl_so" ]; then
     nccl_args=("-DNCCL_INCLUDE_DIR=$(dirname "$nccl_h")" "-DNCCL_LIBRARY=$nccl_so")
     say "NCCL from $nccl_root"
