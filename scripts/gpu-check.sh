@@ -131,7 +131,8 @@ fi
 if [ "$have_tests" = 1 ] && [ -x "$B/cmake/tests/cuda/cuda_backend_test" ]; then
   say "running CUDA tests"
   ctest_rc=0
-  run_for "$(limit 200 120)" ctest --test-dir "$B/cmake" -R "^(cuda_|comm_nccl)" -j4 --output-on-failure >"$B/ctest.log" 2>&1 || ctest_rc=$?
+  # NCCL_DEBUG=WARN: if the one-rank NCCL init fails in the GPU sandbox, its output says why.
+  NCCL_DEBUG=${NCCL_DEBUG:-WARN} run_for "$(limit 200 120)" ctest --test-dir "$B/cmake" -R "^(cuda_|comm_nccl)" -j4 --output-on-failure >"$B/ctest.log" 2>&1 || ctest_rc=$?
   summary=$(grep -E 'tests passed|tests failed' "$B/ctest.log" | tail -1)
   skipped=$(grep -c '\*\*\*Skipped' "$B/ctest.log")
   if [ "$ctest_rc" = 124 ] || [ "$ctest_rc" = 137 ]; then
