@@ -55,7 +55,8 @@ printf '%s\n' 'cmake_minimum_required(VERSION 3.24)' 'project(probe LANGUAGES CX
   'find_package(doctest QUIET)' 'find_package(benchmark QUIET)' \
   'message(STATUS "PROBE doctest=${doctest_FOUND} benchmark=${benchmark_FOUND}")' >"$probe/CMakeLists.txt"
 gen=()
-if ! command -v make >/dev/null 2>&1 && command -v ninja >/dev/null 2>&1; then gen=(-G Ninja); fi
+keep_going=(-- -k)  # one target that fails to build must not keep the others from being built and run
+if ! command -v make >/dev/null 2>&1 && command -v ninja >/dev/null 2>&1; then gen=(-G Ninja); keep_going=(-- -k 0); fi
 probe_out=$(run_for "$(limit 60)" cmake "${gen[@]}" -S "$probe" -B "$probe/b" 2>&1 | grep 'PROBE ' || true)
 tests=ON
 bench=OFF
@@ -123,7 +124,7 @@ fi
 grep -qx comm_nccl < <(printf '%s\n' "${targets[@]}") || say "NCCL not found: comm_nccl (one-rank NCCL test) not built"
 say "building: ${targets[*]:-nothing} (-j${JOBS})"
 if [ ${#targets[@]} -gt 0 ]; then
-  run_for "$(limit 300 180)" cmake --build "$B/cmake" -j"$JOBS" --target "${targets[@]}" >>"$LOG" 2>&1 ||
+  run_for "$(limit 300 180)" cmake --build "$B/cmake" -j"$JOBS" --target "${targets[@]}" "${keep_going[@]}" >>"$LOG" 2>&1 ||
     { say "build FAILED or timed out; see $LOG"; rc=1; }
 fi
 
@@ -138,7 +139,8 @@ if [ "$have_tests" = 1 ] && [ -x "$B/cmake/tests/cuda/cuda_backend_test" ]; then
   if [ "$ctest_rc" = 124 ] || [ "$ctest_rc" = 137 ]; then
     tests_status="FAILED: ctest timed out (see $B/ctest.log)"; rc=1
   elif [ "$ctest_rc" != 0 ]; then
-    tests_status="FAILED: $summary (see $B/ctest.log)"; rc=1
+    failed=$(sed -n '/The following tests FAILED/,$p' "$B/ctest.log" | sed -nE 's/^[[:space:]]*[0-9]+ - ([A-Za-z0-9_]+).*/\1/p' | tr '\n' ' ')
+    tests_status="FAILED: $summary: ${failed:-?}(see $B/ctest.log)"; rc=1
   elif [ "$skipped" != 0 ]; then
     # On the GPU check a skipped device test is a failure: it passed without running (no usable device?).
     why=$(grep -m1 -ho 'no usable CUDA device: [^;]*' "$B/cmake/Testing/Temporary/LastTest.log" 2>/dev/null)

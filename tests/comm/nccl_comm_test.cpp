@@ -40,7 +40,9 @@ struct one_rank {
 TEST_CASE("nccl host: the library links and reports its version without a GPU") {
   int version = 0;
   REQUIRE(ncclGetVersion(&version) == ncclSuccess);
-  CHECK(version >= 22800);  // NCCL_VERSION_CODE style: 2.28.x -> 22800 + x
+  // NCCL_VERSION_CODE style (2.28.9 -> 22809). The floor is what nccl.hpp needs (ncclGetLastError,
+  // 2.13), not this machine's 2.28: the GPU run may link PyTorch's NCCL wheel, whatever its version.
+  CHECK(version >= 21300);
   CHECK(version / 10000 == NCCL_MAJOR);
 }
 
