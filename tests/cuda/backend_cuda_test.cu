@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <span>
 #include <vector>
@@ -68,6 +69,43 @@ DEVICE_CASE_TEMPLATE("FP8 block quantize matches the reference", T, float, tequa
 DEVICE_CASE("shape errors match host_backend's") {
   tequant::cuda_backend b;
   backend_suite::check_shape_errors(b);
+}
+
+// The fused amax max-accumulates into whatever the staging value holds, as the host's
+// nan_ignoring_max does: a NaN or negative staging value (an imported TE history row, a NaN from a
+// reduction) is replaced, never kept; an empty input still accumulates +0.
+DEVICE_CASE_TEMPLATE("fused amax over odd staging values matches host_backend", T, float, tequant::bf16) {
+  test_stream s;
+  tequant::cuda_backend db{s.s};
+  tequant::host_backend hb;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<std::vector<float>> inputs = {std::vector<float>(1000, 0.0f), {0.5f, -3.0f, nan}, {nan}, {}};
+  for (const float staged : {nan, -nan, -1.0f, -0.0f, 0.0f, 2.0f}) {
+    for (std::size_t k = 0; k < inputs.size(); ++k) {
+      CAPTURE(staged);
+      CAPTURE(k);
+      std::vector<T> xs(inputs[k].size());
+      for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = backend_suite::from_float<T>(inputs[k][i]);
+      const std::size_t n = xs.size();
+      for (const bool with_cast : {true, false}) {
+        CAPTURE(with_cast);
+        float hstate[3] = {1.0f, 0.0f, staged};  // scale, scale_inv, amax
+        std::vector<std::uint8_t> hq(n);
+        auto st = backend_suite::upload(db, std::vector<float>{1.0f, 0.0f, staged});
+        auto q = db.make_buffer<std::uint8_t>(n + 1);
+        auto x = backend_suite::upload(db, xs.empty() ? std::vector<T>(1) : xs);
+        if (with_cast) {
+          hb.quantize_tensor(xs.data(), n, &hstate[0], tequant::fp8_dtype::e4m3, hq.data(), &hstate[1], &hstate[2]);
+          db.quantize_tensor(x.data(), n, st.data(), tequant::fp8_dtype::e4m3, q.data(), st.data() + 1, st.data() + 2);
+          CHECK(bytes_of(db, q.data(), n) == hq);
+        } else {
+          hb.amax(xs.data(), n, &hstate[2]);
+          db.amax(x.data(), n, st.data() + 2);
+        }
+        CHECK(same_floats(bytes_of(db, st.data(), 3), {hstate[0], hstate[1], hstate[2]}));
+      }
+    }
+  }
 }
 
 // Larger inputs than the suite's (several thread blocks, every vector path) at every alignment,

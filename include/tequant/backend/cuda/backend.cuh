@@ -381,8 +381,11 @@ class cuda_backend {
   template <class T, bool Quantize>
   void launch_tensor(const detail::tensor_kernel_args& a, const char* name) const {
     if (a.n == 0) {
-      if (Quantize && a.scale_inv != nullptr) {  // the scale_inv is still bound to the (empty) output
-        detail::tensor_kernel<T, true><<<1, detail::tensor_threads, 0, stream_>>>(a);
+      // Nothing to cast, but the scale_inv is still bound to the (empty) output, and the host
+      // max-accumulates the empty amax (+0) into *amax, which turns a NaN or negative staging value
+      // into +0: one block does both.
+      if ((Quantize && a.scale_inv != nullptr) || a.amax != nullptr) {
+        detail::tensor_kernel<T, Quantize><<<1, detail::tensor_threads, 0, stream_>>>(a);
         detail::check_launch(name);
       }
       return;
