@@ -3,14 +3,24 @@
 # configure + build the CUDA targets for sm_90, run the CUDA tests (and the one-rank NCCL test when
 # NCCL is found), run bench_cuda, time PyTorch eager doing the same quantization when torch is
 # importable, and print a short table last. Exit status 0 only when everything that should run passed.
-# Needs nvcc and CMake only: without an installed doctest it uses third_party/doctest (the GPU image
-# has none and nothing can be downloaded there); without Google Benchmark the table still comes from
-# the standalone build of benchmarks/bench_cuda.cu.
+# Needs nvcc and CMake there. The GPU image has no doctest and nothing can be downloaded there, so
+# first, on the build machine: `bash scripts/gpu-check.sh --prepare` (copies the installed doctest
+# header into the git-ignored .gpu-carry/), then call the device tool with
+#   command "bash scripts/gpu-check.sh", carry [".gpu-carry"], timeout_s 540.
+# Without Google Benchmark the table still comes from the standalone build of benchmarks/bench_cuda.cu.
 # Budget: every step's timeout is capped by what is left of TEQUANT_GPU_CHECK_BUDGET (default 420 s),
 # so a hang cannot eat the caller's 8 minutes and the table is always printed.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
+CARRIED_DOCTEST=.gpu-carry/doctest  # holds doctest/doctest.h after --prepare
+if [ "${1:-}" = --prepare ]; then
+  [ -f /usr/include/doctest/doctest.h ] || scripts/install-deps.sh minimal || exit 1
+  mkdir -p "$CARRIED_DOCTEST/doctest" && cp /usr/include/doctest/doctest.h "$CARRIED_DOCTEST/doctest/" || exit 1
+  echo "gpu-check: doctest copied to $CARRIED_DOCTEST; now call the device tool with"
+  echo "  command \"bash scripts/gpu-check.sh\", carry [\".gpu-carry\"], timeout_s 540"
+  exit 0
+fi
 B=${TEQUANT_GPU_CHECK_DIR:-build/gpu-check}
 ARCH=${TEQUANT_CUDA_ARCH:-90}
 JOBS=${JOBS:-16}
@@ -62,18 +72,19 @@ tests=ON
 bench=OFF
 doctest_args=()
 grep -q 'benchmark=1' <<<"$probe_out" && bench=ON
-# TEQUANT_GPU_CHECK_VENDORED_DOCTEST=1 takes the vendored copy even when one is installed (to test this path).
-if ! grep -q 'doctest=1' <<<"$probe_out" || [ "${TEQUANT_GPU_CHECK_VENDORED_DOCTEST:-0}" = 1 ]; then
-  if [ -f third_party/doctest/doctest/doctest.h ]; then
-    # A config file for the vendored header, so that tests/CMakeLists.txt's find_package finds it.
+# TEQUANT_GPU_CHECK_CARRIED_DOCTEST=1 takes the carried copy even when one is installed (to test this path).
+if ! grep -q 'doctest=1' <<<"$probe_out" || [ "${TEQUANT_GPU_CHECK_CARRIED_DOCTEST:-0}" = 1 ]; then
+  if [ -f "$CARRIED_DOCTEST/doctest/doctest.h" ]; then
+    # A config file for the carried header, so that tests/CMakeLists.txt's find_package finds it.
     mkdir -p "$B/doctest-config"
     printf '%s\n' 'if(NOT TARGET doctest::doctest)' '  add_library(doctest::doctest INTERFACE IMPORTED)' \
-      "  set_target_properties(doctest::doctest PROPERTIES INTERFACE_INCLUDE_DIRECTORIES \"$ROOT/third_party/doctest\")" \
+      "  set_target_properties(doctest::doctest PROPERTIES INTERFACE_INCLUDE_DIRECTORIES \"$ROOT/$CARRIED_DOCTEST\")" \
       'endif()' 'set(doctest_FOUND TRUE)' >"$B/doctest-config/doctestConfig.cmake"
     doctest_args=("-Ddoctest_DIR=$ROOT/$B/doctest-config")
-    say "doctest not installed: using third_party/doctest"
+    say "doctest not installed: using the carried $CARRIED_DOCTEST"
   else
     tests=OFF
+    say "doctest missing: no CUDA test can be built (run 'bash scripts/gpu-check.sh --prepare' on the build machine and carry .gpu-carry)"
   fi
 fi
 [ "$bench" = OFF ] && say "Google Benchmark missing: bench_cuda (JSON) not built; the standalone bench still runs"
@@ -96,7 +107,7 @@ common=("${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DTEQUANT_ENABLE_CUDA=ON "-DCMAKE
         -DTEQUANT_BUILD_EXAMPLES=OFF -DTEQUANT_ENABLE_MPI=OFF -DTEQUANT_ENABLE_LIBTORCH=OFF -DTEQUANT_WERROR=OFF
         -DTEQUANT_INSTALL=OFF "${doctest_args[@]}" "${nccl_args[@]}")
 have_tests=0
-tests_status="not built (no doctest)"
+tests_status="not built (no doctest: --prepare, and carry .gpu-carry)"
 configured=0
 for combo in "$tests $bench" "$tests OFF" "OFF OFF"; do
   read -r t b <<<"$combo"
