@@ -200,11 +200,9 @@ struct host_backend {
     std::vector<std::uint8_t> code(K);
     for (std::size_t mb = 0; mb < M / 32; ++mb) {
       const T* blk = x.data + mb * 32 * K;
-      if (tile_2d || col) {
+      if (tile_2d) {
         std::fill(colmax.begin(), colmax.end(), 0u);
         for (std::size_t r = 0; r < 32; ++r) detail::column_amax_host(blk + r * K, K, colmax.data());
-      }
-      if (tile_2d) {
         for (std::size_t kb = 0; kb < KB; ++kb) {
           std::uint32_t m = 0;
           for (std::size_t c = 0; c < 32; ++c) m = colmax[kb * 32 + c] > m ? colmax[kb * 32 + c] : m;
@@ -228,15 +226,8 @@ struct host_backend {
       if (row)
         detail::mxfp8_rowwise_host<D>(blk, 32, K, o.rowwise_data.data() + mb * 32 * K, o.rowwise_scale.data() + mb * 32 * rs.cols,
                                       rs.cols);
-      if (col) {
-        for (std::size_t k = 0; k < K; ++k) {
-          const std::uint8_t e = encode_e8m0(detail::bits_float(colmax[k]) * rcp);
-          o.columnwise_scale[mb * cs.cols + k] = e;
-          mult[k] = e8m0_multiplier(e);
-        }
-        for (std::size_t r = 0; r < 32; ++r)
-          detail::scale_encode_each_host<D>(blk + r * K, K, mult.data(), o.columnwise_data.data() + (mb * 32 + r) * K);
-      }
+      if (col)
+        detail::mxfp8_columnwise_host<D>(blk, K, o.columnwise_data.data() + mb * 32 * K, o.columnwise_scale.data() + mb * cs.cols);
     }
   }
 

@@ -111,6 +111,25 @@ inline void mxfp8_rowwise_scalar(const T* x, std::size_t M, std::size_t K, std::
       scale[m * scale_cols + kb] = mxfp8_block_scalar<D>(x + m * K + kb * 32, data + m * K + kb * 32);
 }
 
+/// Columns [0, K) of one 32-row block of x [*, K] (K a multiple of 32) in 32x1 blocks: data [32, K],
+/// E8M0 codes at scale[k]. Works on 32 columns at a time so that the block of 32x32 values read for the
+/// column amaxes is still in L1 when it is cast (a full row block of K columns is not).
+template <fp8_dtype D, class T>
+inline void mxfp8_columnwise_scalar(const T* x, std::size_t K, std::uint8_t* data, std::uint8_t* scale) noexcept {
+  constexpr float rcp = 1.0f / fp8_max(D);  // TE multiplies by the fp32 reciprocal
+  for (std::size_t c0 = 0; c0 < K; c0 += 32) {
+    std::uint32_t colmax[32] = {};
+    for (std::size_t r = 0; r < 32; ++r) column_amax_scalar(x + r * K + c0, 32, colmax);
+    float mult[32];
+    for (std::size_t c = 0; c < 32; ++c) {
+      const std::uint8_t e = encode_e8m0(bits_float(colmax[c]) * rcp);
+      scale[c0 + c] = e;
+      mult[c] = e8m0_multiplier(e);
+    }
+    for (std::size_t r = 0; r < 32; ++r) scale_encode_each_scalar<D>(x + r * K + c0, 32, mult, data + r * K + c0);
+  }
+}
+
 /// FP8 block scaling of one 1xlen tile (len <= 128): scale_from_amax, cast; returns the scale.
 template <fp8_dtype D, class T>
 inline float block_tile_scalar(const T* src, std::size_t len, std::uint8_t* dst, bool pow2, float eps,
@@ -374,6 +393,72 @@ TEQUANT_TARGET_AVX2 inline void mxfp8_rowwise(const T* x, std::size_t M, std::si
   }
 }
 
+/// Column amax keys of the 32 x (8 * NV) values at p (row stride K): lane i of keys[j] = max over the
+/// 32 rows of the key of column 8j + i. Kept in registers, so the column max costs no loads or stores
+/// of a colmax array.
+template <int NV, class T>
+TEQUANT_TARGET_AVX2 inline void column_keys32(const T* p, std::size_t K, __m256i* keys) noexcept {
+  if constexpr (std::is_same_v<T, bf16>) {
+    // 16 columns per load on the 16-bit patterns (see keys32), widened to 32-bit keys at the end.
+    const __m256i mag = _mm256_set1_epi16(0x7FFF), inf = _mm256_set1_epi16(0x7F80);
+    __m256i m[NV / 2];
+    for (int h = 0; h < NV / 2; ++h) m[h] = _mm256_setzero_si256();
+    for (std::size_t r = 0; r < 32; ++r)
+      for (int h = 0; h < NV / 2; ++h) {
+        const __m256i k = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + r * K + h * 16)), mag);
+        m[h] = _mm256_max_epi16(m[h], _mm256_andnot_si256(_mm256_cmpgt_epi16(k, inf), k));
+      }
+    for (int h = 0; h < NV / 2; ++h) {
+      keys[2 * h] = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(m[h])), 16);
+      keys[2 * h + 1] = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(m[h], 1)), 16);
+    }
+  } else {
+    for (int j = 0; j < NV; ++j) keys[j] = _mm256_setzero_si256();
+    for (std::size_t r = 0; r < 32; ++r)
+      for (int j = 0; j < NV; ++j) keys[j] = _mm256_max_epi32(keys[j], amax_key8(load8(p + r * K + j * 8)));
+  }
+}
+
+/// MXFP8 32x1 blocks of the 32 x (8 * NV) values at x + c0 (row stride K): column amaxes in registers,
+/// E8M0 codes and multipliers 8-wide, then the cast while the same columns of later groups are
+/// prefetched row by row. The hardware prefetcher does not follow 32 interleaved row streams, and the
+/// prefetch goes to L2 (T1): rows K * sizeof(T) apart (a multiple of 4 KiB for the usual K) share L1
+/// sets, so prefetching into L1 would evict the lines still to be cast.
+template <fp8_dtype D, int NV, class T>
+TEQUANT_TARGET_AVX2 inline void mxfp8_column_group(const T* x, std::size_t K, std::size_t c0, std::uint8_t* data,
+                                                   std::uint8_t* scale) noexcept {
+  constexpr std::size_t ahead = 1024 / sizeof(T);  // measured best of 512 to 4096 bytes per row
+  __m256i keys[NV];
+  column_keys32<NV>(x + c0, K, keys);
+  __m256 mult[NV];
+  for (int j = 0; j < NV; ++j) {
+    const __m256i e = e8m0_codes8<D>(keys[j]);
+    store8_bytes(scale + c0 + j * 8, e);
+    mult[j] = e8m0_multipliers8(e);
+  }
+  const bool prefetch = c0 + ahead < K;
+  for (std::size_t r = 0; r < 32; ++r) {
+    const T* p = x + r * K + c0;
+    if (prefetch)
+      for (std::size_t o = 0; o < NV * 8 * sizeof(T); o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + ahead) + o, _MM_HINT_T1);
+    for (int q = 0; q < NV; q += 4)
+      store32(data + r * K + c0 + q * 8, encode8<D>(_mm256_mul_ps(load8(p + q * 8), mult[q])),
+              encode8<D>(_mm256_mul_ps(load8(p + q * 8 + 8), mult[q + 1])),
+              encode8<D>(_mm256_mul_ps(load8(p + q * 8 + 16), mult[q + 2])),
+              encode8<D>(_mm256_mul_ps(load8(p + q * 8 + 24), mult[q + 3])));
+  }
+}
+
+// 256 bytes of each row per group (64 fp32 or 128 16-bit columns; measured: 32 columns leave half of
+// each 64-byte output line to the next group, 128 fp32 columns run out of registers), 32 at the end.
+template <fp8_dtype D, class T>
+TEQUANT_TARGET_AVX2 inline void mxfp8_columnwise(const T* x, std::size_t K, std::uint8_t* data, std::uint8_t* scale) noexcept {
+  constexpr int NV = 256 / (8 * sizeof(T));
+  std::size_t c0 = 0;
+  for (; c0 + NV * 8 <= K; c0 += NV * 8) mxfp8_column_group<D, NV>(x, K, c0, data, scale);
+  for (; c0 < K; c0 += 32) mxfp8_column_group<D, 4>(x, K, c0, data, scale);
+}
+
 /// scale_from_amax for 8 lanes of non-NaN amax bits (same IEEE operations, same order of cases).
 template <fp8_dtype D>
 TEQUANT_TARGET_AVX2 inline __m256 block_scales8(__m256i amax_bits, bool pow2, float eps, float value_for_inf) noexcept {
@@ -497,6 +582,13 @@ inline void mxfp8_rowwise_host(const T* x, std::size_t M, std::size_t K, std::ui
                                std::size_t scale_cols) noexcept {
   TEQUANT_HOST_DISPATCH(T, mxfp8_rowwise<D>(x, M, K, data, scale, scale_cols))
   mxfp8_rowwise_scalar<D>(x, M, K, data, scale, scale_cols);
+}
+
+/// MXFP8 32x1 columnwise blocks of one 32-row block of x [*, K]; see mxfp8_columnwise_scalar.
+template <fp8_dtype D, class T>
+inline void mxfp8_columnwise_host(const T* x, std::size_t K, std::uint8_t* data, std::uint8_t* scale) noexcept {
+  TEQUANT_HOST_DISPATCH(T, mxfp8_columnwise<D>(x, K, data, scale))
+  mxfp8_columnwise_scalar<D>(x, K, data, scale);
 }
 
 /// FP8 block scaling 1x128 rowwise tiles of x [M, K]; see block_rowwise_scalar.
