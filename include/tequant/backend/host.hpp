@@ -195,9 +195,10 @@ struct host_backend {
     constexpr float rcp = 1.0f / fp8_max(D);  // TE multiplies by the fp32 reciprocal
     if (row) std::memset(o.rowwise_scale.data(), 0, o.rowwise_scale.size());
     if (col) std::memset(o.columnwise_scale.data(), 0, o.columnwise_scale.size());
-    std::vector<std::uint32_t> colmax(K);
-    std::vector<float> mult(K);
-    std::vector<std::uint8_t> code(K);
+    // Per-column scratch of the 32x32-tile path only; the 1D paths keep theirs in registers.
+    std::vector<std::uint32_t> colmax(tile_2d ? K : 0);
+    std::vector<float> mult(tile_2d ? K : 0);
+    std::vector<std::uint8_t> code(tile_2d ? K : 0);
     for (std::size_t mb = 0; mb < M / 32; ++mb) {
       const T* blk = x.data + mb * 32 * K;
       if (tile_2d) {
