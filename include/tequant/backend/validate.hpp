@@ -16,20 +16,27 @@ struct quantize_request {
   scale_shape rs, cs;  // rowwise / columnwise scale shapes, padding included
 };
 
+/// The directions requested by `o` (an mxfp8_output or a block_output); an empty input needs nothing
+/// more, any other needs a direction and data.
+template <class Output>
+quantize_request begin_quantize_request(const char* what, std::size_t elements, const void* x, const Output& o) {
+  quantize_request r;
+  r.row = !o.rowwise_data.empty();
+  r.col = !o.columnwise_data.empty();
+  r.empty = elements == 0;
+  if (r.empty) return r;
+  require(r.row || r.col, what, ": neither rowwise_data nor columnwise_data requested");
+  require(x != nullptr, what, ": input data is null");
+  return r;
+}
+
 /// MXFP8 quantize of x [M, K]: M and K multiples of 32, a direction requested, sizes of TE's padded shapes.
 inline quantize_request check_quantize_mxfp8(std::size_t M, std::size_t K, const void* x, const mxfp8_output& o) {
   require(M % 32 == 0, "quantize_mxfp8: input has ", M,
           " rows; MXFP8 needs the product of the leading dims to be a multiple of 32");
   require(K % 32 == 0, "quantize_mxfp8: input has ", K, " columns; MXFP8 needs the last dim to be a multiple of 32");
-  quantize_request r;
-  r.row = !o.rowwise_data.empty();
-  r.col = !o.columnwise_data.empty();
-  if (M * K == 0) {
-    r.empty = true;
-    return r;
-  }
-  require(r.row || r.col, "quantize_mxfp8: neither rowwise_data nor columnwise_data requested");
-  require(x != nullptr, "quantize_mxfp8: input data is null");
+  quantize_request r = begin_quantize_request("quantize_mxfp8", M * K, x, o);
+  if (r.empty) return r;
   r.rs = mxfp8_rowwise_scale_shape(M, K);
   r.cs = mxfp8_columnwise_scale_shape(M, K);
   if (r.row) {
@@ -48,15 +55,8 @@ inline quantize_request check_quantize_mxfp8(std::size_t M, std::size_t K, const
 /// TE's block scale shapes (columnwise data is the transpose, [K, M]).
 inline quantize_request check_quantize_block(std::size_t M, std::size_t K, const void* x, bool tile_2d,
                                              const block_output& o) {
-  quantize_request r;
-  r.row = !o.rowwise_data.empty();
-  r.col = !o.columnwise_data.empty();
-  if (M * K == 0) {
-    r.empty = true;
-    return r;
-  }
-  require(r.row || r.col, "quantize_block: neither rowwise_data nor columnwise_data requested");
-  require(x != nullptr, "quantize_block: input data is null");
+  quantize_request r = begin_quantize_request("quantize_block", M * K, x, o);
+  if (r.empty) return r;
   r.rs = tile_2d ? block_2d_rowwise_scale_shape(M, K) : block_1d_rowwise_scale_shape(M, K);
   r.cs = tile_2d ? block_2d_columnwise_scale_shape(M, K) : block_1d_columnwise_scale_shape(M, K);
   if (r.row) {
