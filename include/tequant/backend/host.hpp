@@ -192,7 +192,6 @@ struct host_backend {
   static void mxfp8_impl(matrix_view<const T> x, bool tile_2d, const mxfp8_output& o, bool row, bool col,
                          scale_shape rs, scale_shape cs) {
     const std::size_t M = x.rows, K = x.cols, KB = K / 32;
-    constexpr float rcp = 1.0f / fp8_max(D);  // TE multiplies by the fp32 reciprocal
     if (row) std::memset(o.rowwise_scale.data(), 0, o.rowwise_scale.size());
     if (col) std::memset(o.columnwise_scale.data(), 0, o.columnwise_scale.size());
     // Per-column scratch of the 32x32-tile path only; the 1D paths keep theirs in registers.
@@ -207,7 +206,7 @@ struct host_backend {
         for (std::size_t kb = 0; kb < KB; ++kb) {
           std::uint32_t m = 0;
           for (std::size_t c = 0; c < 32; ++c) m = colmax[kb * 32 + c] > m ? colmax[kb * 32 + c] : m;
-          const std::uint8_t e = encode_e8m0(detail::bits_float(m) * rcp);
+          const std::uint8_t e = detail::mxfp8_code<D>(m);
           for (std::size_t c = 0; c < 32; ++c) {
             code[kb * 32 + c] = e;
             mult[kb * 32 + c] = e8m0_multiplier(e);

@@ -92,11 +92,17 @@ inline void column_amax_scalar(const T* x, std::size_t n, std::uint32_t* colmax)
   }
 }
 
+/// MXFP8 E8M0 code of a block whose amax key is `key`: the code of amax / fp8_max.
+template <fp8_dtype D>
+inline std::uint8_t mxfp8_code(std::uint32_t key) noexcept {
+  constexpr float rcp = 1.0f / fp8_max(D);  // TE multiplies by the fp32 reciprocal
+  return encode_e8m0(bits_float(key) * rcp);
+}
+
 /// MXFP8 rowwise quantization of one 1x32 block: E8M0 code of amax / fp8_max, then the cast.
 template <fp8_dtype D, class T>
 inline std::uint8_t mxfp8_block_scalar(const T* src, std::uint8_t* dst) noexcept {
-  constexpr float rcp = 1.0f / fp8_max(D);  // TE multiplies by the fp32 reciprocal
-  const std::uint8_t e = encode_e8m0(bits_float(amax_bits_scalar(src, 32)) * rcp);
+  const std::uint8_t e = mxfp8_code<D>(amax_bits_scalar(src, 32));
   scale_encode_scalar<D>(src, 32, e8m0_multiplier(e), dst, false);
   return e;
 }
@@ -116,13 +122,12 @@ inline void mxfp8_rowwise_scalar(const T* x, std::size_t M, std::size_t K, std::
 /// column amaxes is still in L1 when it is cast (a full row block of K columns is not).
 template <fp8_dtype D, class T>
 inline void mxfp8_columnwise_scalar(const T* x, std::size_t K, std::uint8_t* data, std::uint8_t* scale) noexcept {
-  constexpr float rcp = 1.0f / fp8_max(D);  // TE multiplies by the fp32 reciprocal
   for (std::size_t c0 = 0; c0 < K; c0 += 32) {
     std::uint32_t colmax[32] = {};
     for (std::size_t r = 0; r < 32; ++r) column_amax_scalar(x + r * K + c0, 32, colmax);
     float mult[32];
     for (std::size_t c = 0; c < 32; ++c) {
-      const std::uint8_t e = encode_e8m0(bits_float(colmax[c]) * rcp);
+      const std::uint8_t e = mxfp8_code<D>(colmax[c]);
       scale[c0 + c] = e;
       mult[c] = e8m0_multiplier(e);
     }
@@ -180,17 +185,19 @@ TEQUANT_TARGET_AVX2 inline __m256i amax_key8(__m256 v) noexcept {
   return _mm256_andnot_si256(nan, a);
 }
 
+/// 16-bit amax keys of the 16 bf16 at p: the key of a bf16 is its sign-cleared bits (<< 16 as a float
+/// key), NaN (above 0x7F80) -> 0. Signed 16-bit max orders them like the values.
+TEQUANT_TARGET_AVX2 inline __m256i bf16_keys16(const bf16* p) noexcept {
+  const __m256i k = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), _mm256_set1_epi16(0x7FFF));
+  return _mm256_andnot_si256(_mm256_cmpgt_epi16(k, _mm256_set1_epi16(0x7F80)), k);
+}
+
 /// 8 lanes of amax keys whose max is the amax key of the 32 elements at p.
 template <class T>
 TEQUANT_TARGET_AVX2 inline __m256i keys32(const T* p) noexcept {
   if constexpr (std::is_same_v<T, bf16>) {
-    // On the 16-bit patterns directly: the key of a bf16 is its sign-cleared bits << 16, NaN above 0x7F80.
-    const __m256i mag = _mm256_set1_epi16(0x7FFF), inf = _mm256_set1_epi16(0x7F80);
-    __m256i k0 = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), mag);
-    __m256i k1 = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)), mag);
-    k0 = _mm256_andnot_si256(_mm256_cmpgt_epi16(k0, inf), k0);
-    k1 = _mm256_andnot_si256(_mm256_cmpgt_epi16(k1, inf), k1);
-    const __m256i m = _mm256_max_epi16(k0, k1);
+    // On the 16-bit patterns directly, widened to 32-bit keys at the end.
+    const __m256i m = _mm256_max_epi16(bf16_keys16(p), bf16_keys16(p + 16));
     const __m256i m32 = _mm256_max_epi32(_mm256_and_si256(m, _mm256_set1_epi32(0xFFFF)), _mm256_srli_epi32(m, 16));
     return _mm256_slli_epi32(m32, 16);
   } else {
@@ -365,7 +372,6 @@ TEQUANT_TARGET_AVX2 inline void store8_bytes(std::uint8_t* out, __m256i v) noexc
 template <fp8_dtype D, class T>
 TEQUANT_TARGET_AVX2 inline void mxfp8_rowwise(const T* x, std::size_t M, std::size_t K, std::uint8_t* data,
                                               std::uint8_t* scale, std::size_t scale_cols) noexcept {
-  constexpr float rcp = 1.0f / fp8_max(D);
   constexpr std::size_t ahead = prefetch_ahead(8 * 32 * sizeof(T));
   const std::size_t KB = K / 32;
   for (std::size_t m = 0; m < M; ++m) {
@@ -386,7 +392,7 @@ TEQUANT_TARGET_AVX2 inline void mxfp8_rowwise(const T* x, std::size_t M, std::si
       }
     }
     for (; kb < KB; ++kb) {
-      const std::uint8_t e = encode_e8m0(bits_float(hmax_epi32(keys32(src + kb * 32))) * rcp);
+      const std::uint8_t e = mxfp8_code<D>(hmax_epi32(keys32(src + kb * 32)));
       sc[kb] = e;
       encode32<D>(src + kb * 32, _mm256_set1_ps(e8m0_multiplier(e)), dst + kb * 32);
     }
@@ -399,15 +405,11 @@ TEQUANT_TARGET_AVX2 inline void mxfp8_rowwise(const T* x, std::size_t M, std::si
 template <int NV, class T>
 TEQUANT_TARGET_AVX2 inline void column_keys32(const T* p, std::size_t K, __m256i* keys) noexcept {
   if constexpr (std::is_same_v<T, bf16>) {
-    // 16 columns per load on the 16-bit patterns (see keys32), widened to 32-bit keys at the end.
-    const __m256i mag = _mm256_set1_epi16(0x7FFF), inf = _mm256_set1_epi16(0x7F80);
+    // 16 columns per load on the 16-bit patterns, widened to 32-bit keys at the end.
     __m256i m[NV / 2];
     for (int h = 0; h < NV / 2; ++h) m[h] = _mm256_setzero_si256();
     for (std::size_t r = 0; r < 32; ++r)
-      for (int h = 0; h < NV / 2; ++h) {
-        const __m256i k = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + r * K + h * 16)), mag);
-        m[h] = _mm256_max_epi16(m[h], _mm256_andnot_si256(_mm256_cmpgt_epi16(k, inf), k));
-      }
+      for (int h = 0; h < NV / 2; ++h) m[h] = _mm256_max_epi16(m[h], bf16_keys16(p + r * K + h * 16));
     for (int h = 0; h < NV / 2; ++h) {
       keys[2 * h] = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(m[h])), 16);
       keys[2 * h + 1] = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(m[h], 1)), 16);
