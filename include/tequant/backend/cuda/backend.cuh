@@ -241,10 +241,8 @@ class cuda_backend {
     requires detail::is_quantizable_input<T>
   void quantize_mxfp8(matrix_view<const T> x, fp8_dtype d, bool tile_2d, const mxfp8_output& o) const {
     const std::size_t M = x.rows, K = x.cols;
-    const detail::quantize_request r = detail::check_quantize_mxfp8(M, K, x.data, o);
-    if (r.empty) return;
-    const bool row = r.row, col = r.col;
-    const scale_shape rs = r.rs, cs = r.cs;
+    const auto [empty, row, col, rs, cs] = detail::check_quantize_mxfp8(M, K, x.data, o);
+    if (empty) return;
     // Only after every check passed, so that a rejected call writes nothing.
     if (row) zero_padding(o.rowwise_scale.data(), rs.size(), M * (K / 32));
     if (col) zero_padding(o.columnwise_scale.data(), cs.size(), (M / 32) * K);
@@ -280,10 +278,8 @@ class cuda_backend {
   void quantize_block(matrix_view<const T> x, fp8_dtype d, bool tile_2d, bool power_2_scale, float amax_epsilon,
                       const block_output& o) const {
     const std::size_t M = x.rows, K = x.cols;
-    const detail::quantize_request r = detail::check_quantize_block(M, K, x.data, tile_2d, o);
-    if (r.empty) return;
-    const bool row = r.row, col = r.col;
-    const scale_shape rs = r.rs, cs = r.cs;
+    const auto [empty, row, col, rs, cs] = detail::check_quantize_block(M, K, x.data, tile_2d, o);
+    if (empty) return;
     const std::size_t MB = detail::ceil_div(M, 128), KB = detail::ceil_div(K, 128);
     // Only after every check passed, so that a rejected call writes nothing.
     if (row) zero_padding(o.rowwise_scale_inv.data(), rs.size(), tile_2d ? MB * KB : KB * M);
