@@ -53,6 +53,11 @@ constexpr scale_shape block_2d_rowwise_scale_shape(std::size_t M, std::size_t K)
 constexpr scale_shape block_2d_columnwise_scale_shape(std::size_t M, std::size_t K) noexcept {
   return {detail::ceil_div(K, 128), detail::round_up(detail::ceil_div(M, 128), 4)};
 }
+/// The FP8 block scale shape of one direction: 128x128 tiles with `tile_2d`, 1x128 otherwise.
+constexpr scale_shape block_scale_shape(std::size_t M, std::size_t K, bool tile_2d, bool columnwise) noexcept {
+  if (tile_2d) return columnwise ? block_2d_columnwise_scale_shape(M, K) : block_2d_rowwise_scale_shape(M, K);
+  return columnwise ? block_1d_columnwise_scale_shape(M, K) : block_1d_rowwise_scale_shape(M, K);
+}
 
 /// Outputs of an MXFP8 quantization; an empty data span skips that direction. Columnwise data has
 /// the input's [M, K] layout (TE: not transposed).

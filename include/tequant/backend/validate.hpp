@@ -57,8 +57,8 @@ inline quantize_request check_quantize_block(std::size_t M, std::size_t K, const
                                              const block_output& o) {
   quantize_request r = begin_quantize_request("quantize_block", M * K, x, o);
   if (r.empty) return r;
-  r.rs = tile_2d ? block_2d_rowwise_scale_shape(M, K) : block_1d_rowwise_scale_shape(M, K);
-  r.cs = tile_2d ? block_2d_columnwise_scale_shape(M, K) : block_1d_columnwise_scale_shape(M, K);
+  r.rs = block_scale_shape(M, K, tile_2d, false);
+  r.cs = block_scale_shape(M, K, tile_2d, true);
   if (r.row) {
     require_size("quantize_block", "rowwise_data", o.rowwise_data.size(), M * K, "M*K");
     require_size("quantize_block", "rowwise_scale_inv", o.rowwise_scale_inv.size(), r.rs.size(),
@@ -85,8 +85,7 @@ inline scale_shape check_dequantize_mxfp8(std::size_t data, std::size_t M, std::
 /// FP8 block dequantize of [M, K] (columnwise data [K, M]): returns the scale_inv tensor's shape.
 inline scale_shape check_dequantize_block(std::size_t data, std::size_t M, std::size_t K, bool tile_2d, bool columnwise,
                                           std::size_t scale_inv, std::size_t out) {
-  const scale_shape ss = tile_2d ? (columnwise ? block_2d_columnwise_scale_shape(M, K) : block_2d_rowwise_scale_shape(M, K))
-                                 : (columnwise ? block_1d_columnwise_scale_shape(M, K) : block_1d_rowwise_scale_shape(M, K));
+  const scale_shape ss = block_scale_shape(M, K, tile_2d, columnwise);
   require_size("dequantize_block", "data", data, M * K, "M*K");
   require_size("dequantize_block", "scale_inv", scale_inv, ss.size(), "TE's block scale shape");
   require_size("dequantize_block", "out", out, M * K, "M*K");

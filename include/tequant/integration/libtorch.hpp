@@ -174,9 +174,8 @@ fake_quantized fake_quantize_dirs(const typename Recipe::params_type& params, co
     static_assert(std::is_same_v<Recipe, block_scaling>, "fake_quantize: no host cast for this recipe");
     if (!row && !col) return r;
     const bool tile_2d = operand == gemm_operand::weight;  // TE: 128x128 weight tiles, 1x128 otherwise
-    const scale_shape rs = tile_2d ? block_2d_rowwise_scale_shape(M, K) : block_1d_rowwise_scale_shape(M, K);
-    const scale_shape cs = tile_2d ? block_2d_columnwise_scale_shape(M, K) : block_1d_columnwise_scale_shape(M, K);
-    std::vector<float> sr(row ? rs.size() : 0), sc(col ? cs.size() : 0);
+    std::vector<float> sr(row ? block_scale_shape(M, K, tile_2d, false).size() : 0),
+        sc(col ? block_scale_shape(M, K, tile_2d, true).size() : 0);
     be.quantize_block(x, t, tile_2d, params.power_2_scale, params.amax_epsilon, block_output{qr, sr, qc, sc});
     if (row) {
       r.rowwise = torch::empty_like(x2d);
