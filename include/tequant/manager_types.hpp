@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "tequant/cast_plan.hpp"
 #include "tequant/format/formats.hpp"
 #include "tequant/format/fp8.hpp"
 
@@ -35,6 +36,26 @@ struct slot_id {
   friend constexpr bool operator==(slot_id, slot_id) = default;
 };
 
+/// The tensor a slot stands for. Every module adds 3 forward and 2 backward slots per GEMM to each
+/// bucket, in TE's order, so the role follows from the slot's index alone.
+enum class tensor_role : std::uint8_t { input, weight, output, grad_output, grad_input };
+
+constexpr tensor_role role_of(slot_id s) noexcept {
+  return s.dir == direction::forward ? static_cast<tensor_role>(s.index % 3)
+                                     : static_cast<tensor_role>(3 + s.index % 2);
+}
+
+constexpr const char* to_string(tensor_role r) noexcept {
+  switch (r) {
+    case tensor_role::input: return "input";
+    case tensor_role::weight: return "weight";
+    case tensor_role::output: return "output";
+    case tensor_role::grad_output: return "grad_output";
+    case tensor_role::grad_input: return "grad_input";
+  }
+  return "unknown";
+}
+
 /// Reduction groups of a module's forward and backward slots (comm-defined ids; 0 = the default group).
 struct reduction_groups {
   std::uint32_t forward = 0;
@@ -45,15 +66,6 @@ struct reduction_groups {
 /// first_module_owner (TE's old ownership flag).
 struct backward_ticket {
   bool owner = false;
-};
-
-/// How to cast one tensor now: multiply by *scale (nullptr: the recipe computes its own scale, as
-/// stateless recipes do), max-accumulate |x| into *amax (nullptr: record nothing, as in a replay),
-/// cast to dtype.
-struct cast_plan {
-  const float* scale = nullptr;
-  float* amax = nullptr;
-  fp8_dtype dtype = fp8_dtype::e4m3;
 };
 
 /// Counters and flags for tests, logging and invariant checks.

@@ -11,6 +11,7 @@
 
 #include "tequant/backend/concepts.hpp"
 #include "tequant/backend/layouts.hpp"
+#include "tequant/backend/plan_dispatch.hpp"
 #include "tequant/backend/validate.hpp"
 #include "tequant/detail/host_simd.hpp"
 #include "tequant/error.hpp"
@@ -19,6 +20,7 @@
 #include "tequant/format/fp8.hpp"
 #include "tequant/format/half.hpp"
 #include "tequant/format/scale.hpp"
+#include "tequant/cast_plan.hpp"
 #include "tequant/policy.hpp"
 #include "tequant/recipe/delayed_state.hpp"
 
@@ -78,6 +80,22 @@ struct host_backend {
   template <class Algo>
   void update_delayed(const delayed_bucket_view& v, Algo algo, delayed_update_args args) const noexcept {
     delayed_update_bucket_host(v, algo, args);
+  }
+
+  // ---- the plan-taking entry points (what modules call) ---------------------------------------
+
+  /// Casts x [rows, cols] as `plan` says (its scaling mode picks the kernel below) into `out`, whose
+  /// spans have the sizes layout_of(plan, rows, cols) gives for the directions requested.
+  template <class T>
+    requires detail::host_input<T>
+  void quantize(matrix_view<const T> x, const cast_plan& plan, const quantized_output& out) const {
+    detail::quantize_with_plan(*this, x, plan, out);
+  }
+
+  /// Decodes one direction of a cast made with `plan` into out [rows, cols].
+  void dequantize(const cast_plan& plan, std::size_t rows, std::size_t cols, const quantized_output& q, bool columnwise,
+                  std::span<float> out) const {
+    detail::dequantize_with_plan(*this, plan, rows, cols, q, columnwise, out);
   }
 
   // ---- per-tensor FP8 (delayed and current scaling) ---------------------------------------------

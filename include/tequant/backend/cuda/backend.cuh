@@ -25,7 +25,9 @@
 #include "tequant/backend/cuda/update_kernel.cuh"
 #include "tequant/backend/cuda/vector.cuh"
 #include "tequant/backend/layouts.hpp"
+#include "tequant/backend/plan_dispatch.hpp"
 #include "tequant/backend/validate.hpp"
+#include "tequant/cast_plan.hpp"
 #include "tequant/error.hpp"
 #include "tequant/format/bits.hpp"
 #include "tequant/format/formats.hpp"
@@ -141,6 +143,21 @@ class cuda_backend {
                       direction d) const {
     update_delayed_all(views, args, algo,
                        d == direction::forward ? "tequant::update_delayed forward" : "tequant::update_delayed backward");
+  }
+
+  // ---- the plan-taking entry points (what modules call) ---------------------------------------
+
+  /// Casts x [rows, cols] (device memory) as `plan` says into `out` (device memory); see host_backend.
+  template <class T>
+    requires detail::is_quantizable_input<T>
+  void quantize(matrix_view<const T> x, const cast_plan& plan, const quantized_output& out) const {
+    detail::quantize_with_plan(*this, x, plan, out);
+  }
+
+  /// Decodes one direction of a cast made with `plan` into out [rows, cols] (device memory).
+  void dequantize(const cast_plan& plan, std::size_t rows, std::size_t cols, const quantized_output& q, bool columnwise,
+                  std::span<float> out) const {
+    detail::dequantize_with_plan(*this, plan, rows, cols, q, columnwise, out);
   }
 
   // ---- per-tensor FP8 (delayed and current scaling) -----------------------------------------------
