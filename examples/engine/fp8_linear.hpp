@@ -15,11 +15,8 @@
 #include <vector>
 
 #include <tequant/backend/layouts.hpp>
-#include <tequant/format/e8m0.hpp>
 #include <tequant/manager_types.hpp>
-#include <tequant/recipe/block.hpp>
-#include <tequant/recipe/current.hpp>
-#include <tequant/recipe/mxfp8.hpp>
+#include <tequant/quantized_tensor.hpp>
 
 #include "autograd.hpp"
 
@@ -72,57 +69,26 @@ struct quantized {
 };
 
 // example-begin quantize
-/// Quantizes `x` for `slot` as the manager's recipe says and returns the decoded values.
+/// Quantizes `x` for `slot` as the manager's recipe says and returns the decoded values. Nothing here
+/// depends on the recipe: the plan carries the scaling mode, the scale to use and where to record the
+/// amax (in a checkpoint replay: the original forward's scale, and nothing recorded).
 template <class Manager>
-quantized quantize(Manager& m, tequant::slot_id slot, const matrix& x, bool is_weight, scale_range& seen) {
-  using recipe = typename Manager::recipe_type;
-  // Where this cast reads its scale and records its amax. In a checkpoint replay the scale is the
-  // one the original forward used and amax is nullptr: nothing is recorded.
+quantized quantize(Manager& m, tequant::slot_id slot, const matrix& x, scale_range& seen) {
   const tequant::cast_plan plan = m.plan_cast(slot);
   const auto& be = m.backend();
-  const auto& p = m.params();
-  const std::size_t n = x.size();
-  std::vector<std::uint8_t> codes(n);
-  quantized q;
-  q.rowwise = matrix(x.rows, x.cols);
-  if constexpr (Manager::is_stateful) {  // delayed scaling: the manager owns the scale
-    float scale_inv = 0.0f;
-    be.quantize_tensor(x.data.data(), n, plan.scale, plan.dtype, codes.data(), &scale_inv, plan.amax);
-    be.dequantize_tensor(codes.data(), n, plan.dtype, &scale_inv, q.rowwise.data.data());
-    seen.add(*plan.scale);
-  } else if constexpr (std::is_same_v<recipe, tequant::current_scaling>) {  // scale from this tensor's amax
-    float scale_inv = 0.0f;
-    be.quantize_current(x.data.data(), n, plan.dtype, p.power_2_scale, p.amax_epsilon, codes.data(), &scale_inv);
-    be.dequantize_tensor(codes.data(), n, plan.dtype, &scale_inv, q.rowwise.data.data());
-    seen.add(1.0f / scale_inv);
-  } else if constexpr (std::is_same_v<recipe, tequant::mxfp8_scaling>) {  // E8M0 scale per 32 elements
-    const tequant::matrix_view<const float> v{x.data.data(), x.rows, x.cols};
-    const auto rs = tequant::mxfp8_rowwise_scale_shape(x.rows, x.cols);
-    const auto cs = tequant::mxfp8_columnwise_scale_shape(x.rows, x.cols);
-    std::vector<std::uint8_t> col_codes(n), row_scale(rs.size()), col_scale(cs.size());
-    be.quantize_mxfp8(v, plan.dtype, is_weight && p.weight_2d, {codes, row_scale, col_codes, col_scale});
-    q.columnwise = matrix(x.rows, x.cols);
-    be.dequantize_mxfp8(codes, x.rows, x.cols, plan.dtype, false, row_scale, q.rowwise.data);
-    be.dequantize_mxfp8(col_codes, x.rows, x.cols, plan.dtype, true, col_scale, q.columnwise.data);
-    for (std::size_t r = 0; r < x.rows; ++r)  // padding entries of the scale tensor are skipped
-      for (std::size_t b = 0; b < x.cols / 32; ++b) seen.add(tequant::e8m0_multiplier(row_scale[r * rs.cols + b]));
-  } else {  // block scaling: fp32 scale per 1x128 tile (128x128 for weights)
-    static_assert(std::is_same_v<recipe, tequant::block_scaling>, "quantize: unknown recipe");
-    const tequant::matrix_view<const float> v{x.data.data(), x.rows, x.cols};
-    const auto rs = is_weight ? tequant::block_2d_rowwise_scale_shape(x.rows, x.cols)
-                              : tequant::block_1d_rowwise_scale_shape(x.rows, x.cols);
-    const auto cs = is_weight ? tequant::block_2d_columnwise_scale_shape(x.rows, x.cols)
-                              : tequant::block_1d_columnwise_scale_shape(x.rows, x.cols);
-    std::vector<std::uint8_t> col_codes(n);
-    std::vector<float> row_si(rs.size()), col_si(cs.size());
-    be.quantize_block(v, plan.dtype, is_weight, p.power_2_scale, p.amax_epsilon, {codes, row_si, col_codes, col_si});
-    q.columnwise = matrix(x.rows, x.cols);
-    be.dequantize_block(codes, x.rows, x.cols, plan.dtype, is_weight, false, row_si, q.rowwise.data);
-    be.dequantize_block(col_codes, x.rows, x.cols, plan.dtype, is_weight, true, col_si, q.columnwise.data);
-    for (float si : row_si)
-      if (si != 0.0f) seen.add(1.0f / si);  // 0 marks padding
+  const tequant::matrix_view<const float> v{x.data.data(), x.rows, x.cols};
+  tequant::quantized_tensor<typename Manager::backend_type> q;
+  q.prepare(be, plan, x.rows, x.cols);  // one copy when rowwise and columnwise would be equal
+  be.quantize(v, plan, q.output());
+  quantized out;
+  out.rowwise = matrix(x.rows, x.cols);
+  be.dequantize(plan, x.rows, x.cols, q.output(), false, out.rowwise.data);
+  if (q.has_columnwise()) {  // block recipes scale along a direction: the wgrad GEMM reads this one
+    out.columnwise = matrix(x.rows, x.cols);
+    be.dequantize(plan, x.rows, x.cols, q.output(), true, out.columnwise.data);
   }
-  return q;
+  tequant::for_each_scale(plan, x.rows, x.cols, q.output(), [&](float s) { seen.add(s); });
+  return out;
 }
 // example-end
 
@@ -156,14 +122,13 @@ class fp8_linear {
     // Under first_module_owner the ticket says whether this module owns the backward update (TE's old
     // rule); every other boundary ignores it.
     const tequant::backward_ticket ticket = m.module_forward(h_, e.grad_enabled());
-    const quantized qx = fp8 ? quantize(m, m.slot(h_, forward_role::input), x->value, false, seen[0]) : keep(x->value);
-    const quantized qw = fp8 ? quantize(m, m.slot(h_, forward_role::weight), weight->value, true, seen[1])
-                             : keep(weight->value);
+    const quantized qx = fp8 ? quantize(m, m.slot(h_, forward_role::input), x->value, seen[0]) : keep(x->value);
+    const quantized qw = fp8 ? quantize(m, m.slot(h_, forward_role::weight), weight->value, seen[1]) : keep(weight->value);
     matrix y = gemm(qx.row(), transpose(qw.row()));
     return e.record(std::move(y), {x, weight}, m.module_name(h_),
                     [this, &m, fp8, ticket, xs = qx.col(), ws = qw.col()](const matrix& g) {
                       const quantized qg =
-                          fp8 ? quantize(m, m.slot(h_, backward_role::grad_output), g, false, seen[2]) : keep(g);
+                          fp8 ? quantize(m, m.slot(h_, backward_role::grad_output), g, seen[2]) : keep(g);
                       matrix dx = gemm(qg.row(), ws);  // dgrad
                       matrix dw;
                       auto wgrad = [gt = transpose(qg.col()), xs] { return gemm(gt, xs); };

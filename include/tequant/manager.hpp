@@ -497,7 +497,8 @@ class quantization_manager {
   cast_plan plan_cast(slot_id slot) {
     const auto& hb = checked_slot(slot, "plan_cast");
     if constexpr (!is_stateful) {
-      return {nullptr, nullptr, hb.dtype};
+      (void)hb;
+      return Recipe::plan(state_.params, slot);
     } else {
       // Without recompute no frame can exist: the cast path does not even look.
       if constexpr (detail::supports_recompute<Checkpoint>) {

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "tequant/cast_plan.hpp"
+#include "tequant/format/e8m0.hpp"
 
 namespace tequant {
 
@@ -76,5 +77,29 @@ class quantized_tensor {
   buffer_type<std::uint8_t> data_[2]{}, block_scale_[2]{};
   buffer_type<float> scale_inv_[2]{};
 };
+
+/// Calls f(scale) with the factor each rowwise block (or the whole tensor) of a cast made with `plan` was
+/// multiplied by before its FP8 cast, padding skipped. Host memory only (logging, tests, plots).
+template <class F>
+void for_each_scale(const cast_plan& plan, std::size_t rows, std::size_t cols, const quantized_output& q, F&& f) {
+  switch (plan.mode) {
+    case scaling_mode::tensor_scale:
+      if (plan.scale != nullptr) f(*plan.scale);
+      return;
+    case scaling_mode::tensor_current:
+      if (!q.rowwise_scale_inv.empty()) f(1.0f / q.rowwise_scale_inv[0]);
+      return;
+    case scaling_mode::mxfp8: {
+      const std::size_t stride = mxfp8_rowwise_scale_shape(rows, cols).cols;
+      for (std::size_t r = 0; r < rows && !q.rowwise_block_scale.empty(); ++r)
+        for (std::size_t b = 0; b < cols / 32; ++b) f(e8m0_multiplier(q.rowwise_block_scale[r * stride + b]));
+      return;
+    }
+    case scaling_mode::block:
+      for (const float si : q.rowwise_scale_inv)
+        if (si != 0.0f) f(1.0f / si);  // 0 marks padding
+      return;
+  }
+}
 
 }  // namespace tequant

@@ -4,12 +4,14 @@
 #include <cstddef>
 #include <string_view>
 
+#include "tequant/cast_plan.hpp"
 #include "tequant/config.hpp"
 #include "tequant/error.hpp"
 #include "tequant/format/bits.hpp"
 #include "tequant/format/formats.hpp"
 #include "tequant/format/fp8.hpp"
 #include "tequant/format/scale.hpp"
+#include "tequant/manager_types.hpp"
 #include "tequant/policy.hpp"
 #include "tequant/recipe/concepts.hpp"
 #include "tequant/recipe/current.hpp"
@@ -40,6 +42,15 @@ struct block_scaling {
                     p.amax_epsilon, " must be finite and >= 0");
   }
   static constexpr fp8_dtype dtype(const block_params& p, direction d) noexcept { return dtype_for(p.format, d); }
+
+  /// 1x128 blocks for activations and gradients, 128x128 tiles for weights (TE).
+  static constexpr cast_plan plan(const block_params& p, slot_id s) noexcept {
+    cast_plan c{nullptr, nullptr, dtype(p, s.dir), scaling_mode::block};
+    c.tile_2d = role_of(s) == tensor_role::weight;
+    c.power_2_scale = p.power_2_scale;
+    c.amax_epsilon = p.amax_epsilon;
+    return c;
+  }
 
   /// TE's compute_scale_from_types: value_for_inf = the input type's largest finite value.
   TEQUANT_HD static constexpr float scale(float tile_amax, fp8_dtype t, bool power_2_scale, float amax_epsilon,

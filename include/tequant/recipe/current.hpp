@@ -3,12 +3,14 @@
 #pragma once
 #include <string_view>
 
+#include "tequant/cast_plan.hpp"
 #include "tequant/config.hpp"
 #include "tequant/error.hpp"
 #include "tequant/format/bits.hpp"
 #include "tequant/format/formats.hpp"
 #include "tequant/format/fp8.hpp"
 #include "tequant/format/scale.hpp"
+#include "tequant/manager_types.hpp"
 #include "tequant/policy.hpp"
 #include "tequant/recipe/concepts.hpp"
 
@@ -41,6 +43,14 @@ struct current_scaling {
   }
 
   static constexpr fp8_dtype dtype(const current_params& p, direction d) noexcept { return dtype_for(p.format, d); }
+
+  /// Every cast computes its scale from its own amax; nothing is recorded.
+  static constexpr cast_plan plan(const current_params& p, slot_id s) noexcept {
+    cast_plan c{nullptr, nullptr, dtype(p, s.dir), scaling_mode::tensor_current};
+    c.power_2_scale = p.power_2_scale;
+    c.amax_epsilon = p.amax_epsilon;
+    return c;
+  }
 
   /// TE's compute_scale_from_amax with value_for_inf = FLT_MAX.
   TEQUANT_HD static constexpr float scale(float amax, fp8_dtype t, bool power_2_scale, float amax_epsilon) noexcept {

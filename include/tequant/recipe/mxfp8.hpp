@@ -4,7 +4,9 @@
 #include <cstddef>
 #include <string_view>
 
+#include "tequant/cast_plan.hpp"
 #include "tequant/error.hpp"
+#include "tequant/manager_types.hpp"
 #include "tequant/format/formats.hpp"
 #include "tequant/format/fp8.hpp"
 #include "tequant/policy.hpp"
@@ -32,6 +34,13 @@ struct mxfp8_scaling {
 
   static void validate(const mxfp8_params& p) { check_training_format(p.format, "mxfp8_scaling"); }
   static constexpr fp8_dtype dtype(const mxfp8_params& p, direction d) noexcept { return dtype_for(p.format, d); }
+
+  /// 1x32 / 32x1 blocks; forward weights in 32x32 tiles when weight_2d.
+  static constexpr cast_plan plan(const mxfp8_params& p, slot_id s) noexcept {
+    cast_plan c{nullptr, nullptr, dtype(p, s.dir), scaling_mode::mxfp8};
+    c.tile_2d = p.weight_2d && role_of(s) == tensor_role::weight;
+    return c;
+  }
 };
 
 static_assert(scaling_recipe<mxfp8_scaling>);
