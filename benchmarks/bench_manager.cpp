@@ -75,13 +75,17 @@ template <bool Casts>
   }
 }
 
+template <class Boundary>
+Boundary make_boundary(bench_task& task) {
+  if constexpr (std::is_same_v<Boundary, callback>) return callback{bench_hooks{&task}};
+  else return Boundary{};
+}
+
 template <class Boundary, bool Casts>
 void bm_manager_step(benchmark::State& st) {
   bench_task task;
   using M = tequant::quantization_manager<tequant::delayed_scaling<>, Boundary, tequant::no_recompute>;
-  Boundary boundary{};
-  if constexpr (std::is_same_v<Boundary, callback>) boundary = callback{bench_hooks{&task}};
-  M m({}, boundary);
+  M m({}, make_boundary<Boundary>(task));
   // A module looks its slots up once, at registration (as TE modules hold their quantizers).
   std::vector<tequant::module_handle> h;
   std::vector<tequant::slot_id> fs, bs;
@@ -178,9 +182,7 @@ template <class Boundary>
 void bm_request(benchmark::State& st) {
   bench_task task{nullptr, nullptr, true};
   using M = tequant::quantization_manager<tequant::delayed_scaling<>, Boundary, tequant::no_recompute>;
-  Boundary boundary{};
-  if constexpr (std::is_same_v<Boundary, callback>) boundary = callback{bench_hooks{&task}};
-  M m({}, boundary);
+  M m({}, make_boundary<Boundary>(task));
   (void)m.register_module("m");
   auto run = [&] {
     m.request_backward_update();  // the first request queues / marks

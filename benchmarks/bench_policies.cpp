@@ -46,6 +46,7 @@
 #include "tequant/checkpoint/no_recompute.hpp"
 #include "tequant/checkpoint/stacked_recompute.hpp"
 #include "tequant/manager.hpp"
+#include "tequant/quantized_tensor.hpp"
 #include "tequant/recipe/block.hpp"
 #include "tequant/recipe/current.hpp"
 #include "tequant/recipe/delayed.hpp"
@@ -108,16 +109,15 @@ inline float synthetic_amax(std::uint32_t step, std::uint32_t layer, int role) n
 
 // ---- the casts: one tensor per role (5 roles), shared by every layer -----------------------------------
 
+/// Whether R keeps per-bucket state (delayed scaling here): what the hand-written twins then keep too.
+template <class R>
+inline constexpr bool stateful = detail::has_state<R, host_backend>;
+
 template <class R>
 struct caster {
-  typename R::params_type params{};
   host_backend backend{};
   std::array<std::vector<float>, 5> x;  // roles: 0 input, 1 weight, 2 output, 3 grad_output, 4 grad_input
-  std::vector<std::uint8_t> data = std::vector<std::uint8_t>(elems);
-  std::vector<std::uint8_t> e8m0 = std::vector<std::uint8_t>(mxfp8_rowwise_scale_shape(rows, cols).size());
-  std::vector<float> block_1d = std::vector<float>(block_1d_rowwise_scale_shape(rows, cols).size());
-  std::vector<float> block_2d = std::vector<float>(block_2d_rowwise_scale_shape(rows, cols).size());
-  float scale_inv = 0.0f;
+  std::array<quantized_tensor<host_backend>, 5> out;
   bool kernels;
 
   explicit caster(bool with_kernels) : kernels(with_kernels) {
@@ -133,42 +133,34 @@ struct caster {
 
   void operator()(cast_plan plan, int role, float amax) {
     if (!kernels) {
-      if constexpr (R::is_stateful) {
-        if (plan.amax != nullptr) backend.max_accumulate(plan.amax, amax);
-      }
+      if (plan.amax != nullptr) backend.max_accumulate(plan.amax, amax);
       benchmark::DoNotOptimize(plan);
       return;
     }
-    const float* in = x[static_cast<std::size_t>(role)].data();
-    if constexpr (std::is_same_v<R, delayed_scaling<>>) {
-      backend.quantize_tensor(in, elems, plan.scale, plan.dtype, data.data(), &scale_inv, plan.amax);
-    } else if constexpr (std::is_same_v<R, current_scaling>) {
-      backend.quantize_current(in, elems, plan.dtype, params.power_2_scale, params.amax_epsilon, data.data(), &scale_inv);
-    } else if constexpr (std::is_same_v<R, mxfp8_scaling>) {
-      backend.quantize_mxfp8(matrix_view<const float>{in, rows, cols}, plan.dtype, role == 1 && params.weight_2d,
-                             mxfp8_output{data, e8m0, {}, {}});
-    } else {
-      const bool tile_2d = role == 1;  // 128x128 for weights, 1x128 otherwise
-      backend.quantize_block(matrix_view<const float>{in, rows, cols}, plan.dtype, tile_2d, params.power_2_scale,
-                             params.amax_epsilon,
-                             block_output{data, tile_2d ? std::span<float>(block_2d) : std::span<float>(block_1d), {}, {}});
-    }
+    auto& q = out[static_cast<std::size_t>(role)];
+    q.prepare(backend, plan, rows, cols, true, false);  // keeps its storage: the sizes never change
+    backend.quantize(matrix_view<const float>{x[static_cast<std::size_t>(role)].data(), rows, cols}, plan, q.output());
     benchmark::ClobberMemory();
   }
 };
 
+/// A hand-written twin's plan: the recipe's own for a stateless recipe, the given pointers otherwise.
 template <class R>
-constexpr const char* recipe_name() {
-  if constexpr (std::is_same_v<R, delayed_scaling<>>) return "delayed";
-  else if constexpr (std::is_same_v<R, current_scaling>) return "current";
-  else if constexpr (std::is_same_v<R, mxfp8_scaling>) return "mxfp8";
-  else return "block";
+cast_plan twin_plan(const typename R::params_type& p, direction d, std::uint32_t k, const float* scale, float* amax) {
+  if constexpr (stateful<R>) return {scale, amax, R::dtype(p, d)};
+  else return R::plan(p, slot_id{d, 0, k});
+}
+
+template <class R>
+const char* recipe_name() {
+  static const std::string n(R::name.substr(0, R::name.find('_')));  // "delayed_scaling" -> "delayed"
+  return n.c_str();
 }
 
 template <class R>
 typename R::params_type bench_params() {
   typename R::params_type p{};
-  if constexpr (R::is_stateful) p.history_length = history_length;
+  if constexpr (stateful<R>) p.history_length = history_length;
   return p;
 }
 
@@ -316,36 +308,40 @@ class floor_step {
   void step(probe* p) {
     if (p) p->begin();
     if (!registered_) register_slots();
-    const fp8_dtype dtf = R::dtype(params_, direction::forward), dtb = R::dtype(params_, direction::backward);
     for (std::uint32_t i = 0; i < n_; ++i)
       for (std::uint32_t r = 0; r < 3; ++r) {
         const std::uint32_t k = 3 * i + r;
-        cast_plan plan{nullptr, nullptr, dtf};
-        if constexpr (R::is_stateful) {
-          plan = {fwd_.scale_data() + k, fwd_.staging().data() + k, dtf};
+        cast_plan plan;
+        if constexpr (stateful<R>) {
+          plan = twin_plan<R>(params_, direction::forward, k, fwd_.scale_data() + k, fwd_.staging().data() + k);
           if constexpr (C == recompute::stacked) snap_[k] = *plan.scale;
+        } else {
+          plan = twin_plan<R>(params_, direction::forward, k, nullptr, nullptr);
         }
         cast_(plan, static_cast<int>(r), synthetic_amax(step_, i, static_cast<int>(r)));
       }
-    if constexpr (R::is_stateful) fwd_.update(typename R::algo_type{}, R::update_args(params_, direction::forward));
-    if (p) p->end(C == recompute::stacked && R::is_stateful ? snap_.size() * sizeof(float) : 0, 0);
+    if constexpr (stateful<R>) fwd_.update(typename R::algo_type{}, R::update_args(params_, direction::forward));
+    if (p) p->end(C == recompute::stacked && stateful<R> ? snap_.size() * sizeof(float) : 0, 0);
     for (std::uint32_t i = n_; i-- > 0;) {
       if constexpr (C == recompute::stacked) {
         for (std::uint32_t r = 0; r < 3; ++r) {
-          cast_plan plan{nullptr, nullptr, dtf};
-          if constexpr (R::is_stateful) plan.scale = &snap_[3 * i + r];
+          cast_plan plan = twin_plan<R>(params_, direction::forward, 3 * i + r, nullptr, nullptr);
+          if constexpr (stateful<R>) plan.scale = &snap_[3 * i + r];
           cast_(plan, static_cast<int>(r), 0.0f);
         }
       }
       for (std::uint32_t r = 0; r < 2; ++r) {
         const std::uint32_t k = 2 * i + r;
-        cast_plan plan{nullptr, nullptr, dtb};
-        if constexpr (R::is_stateful) plan = {bwd_.scale_data() + k, bwd_.staging().data() + k, dtb};
+        cast_plan plan;
+        if constexpr (stateful<R>)
+          plan = twin_plan<R>(params_, direction::backward, k, bwd_.scale_data() + k, bwd_.staging().data() + k);
+        else
+          plan = twin_plan<R>(params_, direction::backward, k, nullptr, nullptr);
         cast_(plan, 3 + static_cast<int>(r), synthetic_amax(step_, i, 3 + static_cast<int>(r)));
       }
       pending_ = true;
     }
-    if constexpr (R::is_stateful) {
+    if constexpr (stateful<R>) {
       if (pending_) {
         bwd_.update(typename R::algo_type{}, R::update_args(params_, direction::backward));
         ++bwd_updates_;
@@ -363,10 +359,10 @@ class floor_step {
   struct no_state {
     explicit no_state(std::uint32_t) {}
   };
-  using state_t = std::conditional_t<R::is_stateful, delayed_bucket<host_backend>, no_state>;
+  using state_t = std::conditional_t<stateful<R>, delayed_bucket<host_backend>, no_state>;
 
   void register_slots() {
-    if constexpr (R::is_stateful) {
+    if constexpr (stateful<R>) {
       for (std::uint32_t k = 0; k < 3 * n_; ++k) (void)fwd_.add_slot();
       for (std::uint32_t k = 0; k < 2 * n_; ++k) (void)bwd_.add_slot();
       snap_.assign(3 * n_, 0.0f);
@@ -389,24 +385,23 @@ class floor_step {
 template <class R, recompute C>
 class te_step {
   static float scaled_max(direction d) {
-    if constexpr (R::is_stateful) return R::update_args(bench_params<R>(), d).scaled_max;
+    if constexpr (stateful<R>) return R::update_args(bench_params<R>(), d).scaled_max;
     else return 0.0f;
   }
 
  public:
   te_step(std::uint32_t layers, bool kernels)
-      : n_(layers), st_(history_length, scaled_max(direction::forward), scaled_max(direction::backward), R::is_stateful),
+      : n_(layers), st_(history_length, scaled_max(direction::forward), scaled_max(direction::backward), stateful<R>),
         cast_(kernels) {
     for (std::uint32_t i = 0; i < n_; ++i) (void)st_.add_module("layer" + std::to_string(i), 1);
   }
 
   void step(probe* p) {
     if (p) p->begin();
-    const fp8_dtype dtf = R::dtype(params_, direction::forward), dtb = R::dtype(params_, direction::backward);
     const auto snap = st_.autocast_enter();
     for (std::uint32_t i = 0; i < n_; ++i) {
       if constexpr (C == recompute::stacked) st_.set_recompute(true, false);
-      forward_layer(i, dtf);
+      forward_layer(i);
       if constexpr (C == recompute::stacked) st_.set_recompute(false, false);
     }
     st_.autocast_exit(snap, true);
@@ -415,14 +410,13 @@ class te_step {
       if constexpr (C == recompute::stacked) {
         st_.set_recompute(true, true);
         const auto rs = st_.autocast_enter();
-        forward_layer(i, dtf);
+        forward_layer(i);
         st_.autocast_exit(rs, true);
         st_.set_recompute(false, false);
       }
       auto& m = st_.module(i);
       for (std::uint32_t r = 0; r < 2; ++r) {
-        cast_plan plan{nullptr, nullptr, dtb};
-        if constexpr (R::is_stateful) plan = {m.bwd.scale.data() + r, m.bwd.staging(r), dtb};
+        cast_plan plan = twin_plan<R>(params_, direction::backward, r, m.bwd.scale.data() + r, m.bwd.staging(r));
         cast_(plan, 3 + static_cast<int>(r), synthetic_amax(step_, i, 3 + static_cast<int>(r)));
       }
       st_.end_backward(i);  // the owner (layer 0, last in backward) runs the backward update
@@ -434,12 +428,11 @@ class te_step {
   std::uint64_t backward_updates() const { return st_.updates(direction::backward); }
 
  private:
-  void forward_layer(std::uint32_t i, fp8_dtype dt) {
+  void forward_layer(std::uint32_t i) {
     st_.prepare_forward(i);
     auto& m = st_.module(i);
     for (std::uint32_t r = 0; r < 3; ++r) {
-      cast_plan plan{nullptr, nullptr, dt};
-      if constexpr (R::is_stateful) plan = {m.fwd.scale.data() + r, m.fwd.staging(r), dt};
+      cast_plan plan = twin_plan<R>(params_, direction::forward, r, m.fwd.scale.data() + r, m.fwd.staging(r));
       cast_(plan, static_cast<int>(r), synthetic_amax(step_, i, static_cast<int>(r)));
     }
     st_.end_forward(i);
@@ -498,7 +491,7 @@ void add_recipe_checkpoint() {
       const std::string tail = std::string("/") + recompute_name(C) + "/N" + std::to_string(layers) +
                                (kernels ? "/kernels" : "/no_kernels");
       const std::string head = recipe_name<R>();
-      constexpr bool st = R::is_stateful;
+      constexpr bool st = stateful<R>;
       // The manager's frames exist for every recipe; TE stashes only delayed-scaling state.
       constexpr bool frames = C == recompute::stacked, stashes = frames && st;
       add<floor_step<R, C>>(head + "/floor" + tail, layers, kernels, st, false);

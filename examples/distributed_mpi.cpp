@@ -14,6 +14,7 @@
 #include "tequant/boundary/explicit_scope.hpp"
 #include "tequant/checkpoint/stacked_recompute.hpp"
 #include "tequant/comm/mpi.hpp"
+#include "tequant/backend/host.hpp"
 #include "tequant/manager.hpp"
 #include "tequant/recipe/delayed.hpp"
 

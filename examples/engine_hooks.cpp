@@ -5,6 +5,7 @@
 // nested backward tasks (reentrant checkpoints) run inside it.
 // The "engine" here is a stand-in: a backward task is a list of node functions plus final callbacks.
 #include <tequant/boundary/engine_callback.hpp>
+#include <tequant/backend/host.hpp>
 #include <tequant/manager.hpp>
 #include <tequant/recipe/delayed.hpp>
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <tequant/boundary/engine_callback.hpp>
+#include <tequant/backend/host.hpp>
 #include <tequant/manager.hpp>
 #include <tequant/recipe/delayed.hpp>
 

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include <tequant/backend/host.hpp>
 #include <tequant/backend/layouts.hpp>
 #include <tequant/manager_types.hpp>
 #include <tequant/quantized_tensor.hpp>

@@ -18,6 +18,7 @@
 #include <tequant/boundary/first_module_owner.hpp>
 #include <tequant/checkpoint/no_recompute.hpp>
 #include <tequant/checkpoint/stacked_recompute.hpp>
+#include <tequant/backend/host.hpp>
 #include <tequant/manager.hpp>
 #include <tequant/recipe/delayed.hpp>
 
@@ -116,7 +117,7 @@ struct model {
 
   template <class F>
   tensor recomputed(engine& e, F&& fn, const tensor& x, std::string name) {
-    if constexpr (Manager::checkpoint_type::supports_recompute) {
+    if constexpr (Manager::supports_recompute) {
       if (rc != recompute::none) return mini::checkpoint(e, m, fn, x, std::move(name));
     }
     return fn(x);
@@ -181,7 +182,7 @@ typename Recipe::params_type recipe_params() {
 
 template <class Boundary>
 Boundary make_boundary(engine& e) {
-  if constexpr (Boundary::uses_graph_hooks)
+  if constexpr (requires { typename Boundary::hooks_type; })
     return Boundary{mini::hooks{&e}};
   else
     return Boundary{};

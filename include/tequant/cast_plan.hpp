@@ -49,6 +49,12 @@ struct cast_plan {
   bool power_2_scale = false;
   /// tensor_current / block: amax floor.
   float amax_epsilon = 0.0f;
+  /// A cast that rounds stochastically draws its random bits from the counter-based generator keyed
+  /// by (rng_seed, *rng_offset, element index) and advances *rng_offset (host memory) by what it
+  /// consumed; nullptr: the cast draws nothing. A replay points it at its frame's copy, so replayed
+  /// casts reproduce the original forward's bits.
+  std::uint64_t* rng_offset = nullptr;
+  std::uint64_t rng_seed = 0;
 };
 
 /// Sizes of everything one cast of a [rows, cols] tensor with a plan writes, per direction.

@@ -18,6 +18,7 @@
 #include "tequant/comm/mpi.hpp"
 #include "tequant/comm/single_process.hpp"
 #include "tequant/error.hpp"
+#include "tequant/backend/host.hpp"
 #include "tequant/manager.hpp"
 #include "tequant/recipe/delayed.hpp"
 
@@ -165,7 +166,7 @@ tequant::manager_stats run_and_compare(const step_plan& plan, std::vector<tequan
     const auto before = dist.stats();
     step(dist, md, s, plan, [&](direction, std::uint32_t) { return std::vector<int>{me}; });
     step(ref, mr, s, plan, [&](direction, std::uint32_t g) { return ranks_of(g); });
-    if constexpr (!Boundary::requests_need_scope) {
+    if constexpr (!std::is_same_v<Boundary, tequant::explicit_scope>) {
       dist.flush_backward_update();  // nothing pending after a scope; a no-op that must not hang
       ref.flush_backward_update();
     }

@@ -3,6 +3,7 @@
 #include "tequant/boundary/autocast_entry.hpp"
 #include "tequant/boundary/engine_callback.hpp"
 #include "tequant/checkpoint/no_recompute.hpp"
+#include "tequant/backend/host.hpp"
 #include "tequant/manager.hpp"
 #include "tequant/recipe/delayed.hpp"
 

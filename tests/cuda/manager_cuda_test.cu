@@ -30,10 +30,8 @@ using tequant::detail::check;
 
 // The manager updates every bucket of a direction in one launch on cuda_backend, one bucket at a
 // time on host_backend (unchanged).
-static_assert(tequant::detail::batched_bucket_update<tequant::delayed_bucket<tequant::cuda_backend>, tequant::window_max,
-                                                     tequant::delayed_update_args>);
-static_assert(!tequant::detail::batched_bucket_update<tequant::delayed_bucket<tequant::host_backend>, tequant::window_max,
-                                                      tequant::delayed_update_args>);
+static_assert(tequant::detail::batched_delayed_update<tequant::delayed_bucket<tequant::cuda_backend>, tequant::window_max>);
+static_assert(!tequant::detail::batched_delayed_update<tequant::delayed_bucket<tequant::host_backend>, tequant::window_max>);
 
 namespace {
 

@@ -22,14 +22,11 @@ struct empty_hooks {
 template <class Recipe>
 constexpr bool zero_overhead() {
   using namespace tequant;
-  auto one = []<class B, class C>() {
-    using M = quantization_manager<Recipe, B, C>;
-    return sizeof(M) == sizeof(typename M::state_type);
-  };
-  return one.template operator()<engine_callback<empty_hooks>, stacked_recompute>() &&
-         one.template operator()<autocast_entry, stacked_recompute>() &&
-         one.template operator()<explicit_scope, no_recompute>() &&
-         one.template operator()<first_module_owner, no_recompute>();
+  using A = quantization_manager<Recipe, autocast_entry, no_recompute>;
+  using S = quantization_manager<Recipe, explicit_scope, no_recompute>;
+  using R = quantization_manager<Recipe, autocast_entry, stacked_recompute>;
+  // Empty boundary policies cost the same (nothing); no_recompute costs exactly a frame stack less.
+  return sizeof(A) == sizeof(S) && sizeof(R) == sizeof(A) + sizeof(frame_stack<host_backend>);
 }
 }  // namespace
 
@@ -59,7 +56,7 @@ TEST_CASE("deferred weight gradients outside a backward scope are an error") {
   f.m.defer_weight_grad([] {});
   CHECK_THROWS_WITH_AS(f.m.run_deferred_weight_grads(),
                        doctest::Contains("tequant: run_deferred_weight_grads() outside backward_scope()"), tequant::error);
-  CHECK(f.m.deferred_weight_grads() == 1);  // nothing lost
+  CHECK(f.m.deferred_weight_grads() == 0);  // nothing stays registered after an error
   int ran = 0;
   f.m.defer_weight_grad([&] { ++ran; });
   {

@@ -11,6 +11,7 @@
 #include "tequant/boundary/explicit_scope.hpp"
 #include "tequant/checkpoint/frame.hpp"
 #include "tequant/checkpoint/snapshot_map.hpp"
+#include "tequant/backend/host.hpp"
 #include "tequant/manager.hpp"
 #include "tequant/recipe/delayed.hpp"
 

@@ -3,6 +3,7 @@
 
 #include <type_traits>
 
+#include "tequant/backend/host.hpp"
 #include "tequant/recipe.hpp"
 
 namespace {
@@ -13,11 +14,13 @@ struct not_a_recipe {};
 }  // namespace
 
 static_assert(tequant::scaling_recipe<tequant::delayed_scaling<half_of_max>>);
-static_assert(tequant::stateful_recipe<tequant::delayed_scaling<tequant::most_recent>>);
+static_assert(tequant::stateful_recipe_for<tequant::delayed_scaling<tequant::most_recent>, tequant::host_backend>);
+static_assert(!tequant::stateless_recipe<tequant::delayed_scaling<>>);
 static_assert(!tequant::scaling_recipe<not_a_recipe>);
-static_assert(std::is_empty_v<tequant::current_scaling::state_for<int>>);
-static_assert(std::is_empty_v<tequant::mxfp8_scaling::state_for<int>>);
-static_assert(std::is_empty_v<tequant::block_scaling::state_for<int>>);
+static_assert(tequant::stateless_recipe<tequant::current_scaling>);
+static_assert(tequant::stateless_recipe<tequant::mxfp8_scaling>);
+static_assert(tequant::stateless_recipe<tequant::block_scaling>);
+static_assert(!tequant::stateful_recipe_for<tequant::block_scaling, tequant::host_backend>);
 static_assert(tequant::delayed_scaling<>::scaled_max(tequant::fp8_dtype::e4m3, 0) == 448.0f);
 static_assert(tequant::delayed_scaling<>::scaled_max(tequant::fp8_dtype::e4m3, 3) == 56.0f);
 static_assert(tequant::delayed_scaling<>::scaled_max(tequant::fp8_dtype::e5m2, -2) == 57344.0f * 4.0f);

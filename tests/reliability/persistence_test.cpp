@@ -149,12 +149,12 @@ TEST_CASE("every byte of a state file is protected; each corruption class has it
   CHECK_TEQUANT_ERROR(tequant::load_state(victim.m, longer), "trailing bytes");
 
   // Another version with a consistent header (what a future writer would produce).
-  auto v2 = good;
-  v2[8] = 2;
+  auto v3 = good;
+  v3[8] = 3;
   tequant::detail::byte_writer hw;
-  hw.u64(tequant::detail::fnv1a64(std::span<const std::uint8_t>(v2).first(24)));
-  std::copy(hw.bytes().begin(), hw.bytes().end(), v2.begin() + 24);
-  CHECK_TEQUANT_ERROR(tequant::load_state(victim.m, v2), "unsupported format version 2 (this build reads version 1)");
+  hw.u64(tequant::detail::fnv1a64(std::span<const std::uint8_t>(v3).first(24)));
+  std::copy(hw.bytes().begin(), hw.bytes().end(), v3.begin() + 24);
+  CHECK_TEQUANT_ERROR(tequant::load_state(victim.m, v3), "unsupported format version 3 (this build reads versions 1 to 2)");
 
   // A payload with a valid checksum but a broken structure (a faulty writer).
   std::vector<std::uint8_t> junk_payload(40, 0xEE);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tequant/boundary/autocast_entry.hpp"
+#include "tequant/backend/host.hpp"
 #include "tequant/manager.hpp"
 #include "tequant/recipe/delayed.hpp"
 #include "toy_model.hpp"

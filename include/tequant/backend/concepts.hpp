@@ -33,4 +33,23 @@ concept execution_backend = std::derived_from<typename B::policy_kind, backend_k
       b.max_accumulate(f, 0.0f);
     };
 
+namespace detail {
+
+template <class B>
+constexpr bool check_backend() {
+  if constexpr (!requires { sizeof(B); }) {
+    static_assert(dependent_false<B>,
+                  "tequant: Backend (5th argument of quantization_manager) is only declared here: include "
+                  "<tequant/backend/host.hpp> (the default, host_backend) or the backend's header before "
+                  "instantiating the manager");
+    return false;
+  } else {
+    static_assert(execution_backend<B>,
+                  "tequant: Backend (5th argument of quantization_manager) must model tequant::execution_backend "
+                  "(host_backend, cuda_backend) - see backend/concepts.hpp");
+    return execution_backend<B>;
+  }
+}
+
+}  // namespace detail
 }  // namespace tequant

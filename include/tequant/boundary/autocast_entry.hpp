@@ -13,10 +13,15 @@ namespace tequant {
 /// backwards (e.g. an externally driven recompute) in backward_scope().
 struct autocast_entry {
   using policy_kind = boundary_kind;
-  static constexpr bool flushes_at_autocast_entry = true;
-  static constexpr bool requests_need_scope = false;
-  static constexpr bool first_module_owns = false;
-  static constexpr bool uses_graph_hooks = false;
+
+  template <class Port>
+  void on_request(Port& port) noexcept {
+    port.mark_pending();
+  }
+  template <class Port>
+  void on_top_level_entry(Port& port) {
+    port.flush();
+  }
 };
 
 static_assert(boundary_strategy<autocast_entry>);

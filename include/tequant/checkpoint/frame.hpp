@@ -32,8 +32,9 @@ class snapshot_storage {
 }  // namespace detail
 
 /// Owned by whoever owns the checkpointed region (for an autograd engine: the checkpoint node), and
-/// passed to both `checkpoint_forward` and `checkpoint_replay`. Holds the scales its original forward
-/// used (forward slots only, filled lazily at first use) until its replay ends or it is destroyed; with
+/// passed to both `checkpoint_forward` and `checkpoint_replay`. Holds what its original forward cast
+/// with (the autocast state; per forward slot, filled lazily at first use, the scale and random-number
+/// offset) until its replay ends or it is destroyed; with
 /// a device backend they live in device memory, which the frame keeps (for the next step) until it
 /// is destroyed. A frame must not outlive the manager that recorded it. It may be reused for the next step once
 /// its replay ended.
@@ -67,6 +68,7 @@ class checkpoint_frame {
 
   std::string name_;
   phase phase_ = phase::idle;
+  bool enabled_ = false;  // the autocast state at the original forward: what its replay casts with
   // (bucket << 32 | index) -> scale used (host-accessible backends); other backends keep the scale
   // at the entry's position in device_ and leave the value unused.
   detail::snapshot_map snapshot_;

@@ -9,7 +9,9 @@
 
 namespace tequant::detail {
 
-/// The scales a frame's original forward used, one entry per forward slot in first-use order.
+/// What a frame's original forward cast with, one entry per forward slot in first-use order: the scale
+/// (or, on a device backend, the position of its copy in the frame's device buffer) and the random
+/// number offset of a recipe that rounds stochastically.
 /// A frame takes its snapshot once per step and is usually reused the next step, so clear() keeps the
 /// storage: a reused frame allocates nothing in steady state, a fresh one allocates once for up to
 /// `initial_capacity` slots (a node-based map allocated and freed once per slot per step). Small
@@ -53,16 +55,17 @@ class snapshot_map {
   }
 
   float& value(std::size_t pos) noexcept { return entries_[pos].value; }
+  std::uint64_t& rng_offset(std::size_t pos) noexcept { return entries_[pos].rng_offset; }
 
   /// Adds (key, v) unless `key` is present; returns whether it added. Strong guarantee: a failed
   /// allocation leaves the map as it was. Positions of existing entries never change; their
   /// addresses change only when the map grows.
-  bool try_emplace(std::uint64_t key, float v) {
+  bool try_emplace(std::uint64_t key, float v, std::uint64_t rng_offset = 0) {
     if (find(key) != npos) return false;
     const std::size_t n = entries_.size();
     if (n == entries_.capacity()) entries_.reserve(std::max(initial_capacity, 2 * n));
     if (n + 1 >= index_threshold && 2 * (n + 1) > index_.size()) rebuild_index(n + 1);
-    entries_.push_back({key, v});  // cannot throw: room reserved above
+    entries_.push_back({key, v, rng_offset});  // cannot throw: room reserved above
     if (!index_.empty()) insert_index(key, n);
     return true;
   }
@@ -96,6 +99,7 @@ class snapshot_map {
   struct entry {
     std::uint64_t key;
     float value;
+    std::uint64_t rng_offset;
   };
 
   static std::size_t hash(std::uint64_t key, std::size_t mask) noexcept {

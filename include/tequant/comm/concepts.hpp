@@ -24,4 +24,16 @@ concept amax_comm = std::derived_from<typename C::policy_kind, comm_kind> &&
                       { cc.size(group) } -> std::convertible_to<std::uint32_t>;
                     };
 
+namespace detail {
+
+template <class C>
+constexpr bool check_comm() {
+  static_assert(amax_comm<C>,
+                "tequant: Comm (4th argument of quantization_manager) must model tequant::amax_comm "
+                "(single_process, mpi_comm, nccl_comm, c10d_comm): policy_kind = tequant::comm_kind, "
+                "all_reduce_max(float*, n, group), rank(), size(group) - see comm/concepts.hpp");
+  return amax_comm<C>;
+}
+
+}  // namespace detail
 }  // namespace tequant

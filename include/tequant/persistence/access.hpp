@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The one door from persistence/ into a manager's private state (the manager befriends it).
+// The one door from persistence/ into a manager's parts (the manager befriends it).
 #pragma once
-#include <cstddef>
 #include <cstdint>
 
 #include "tequant/manager.hpp"
@@ -11,23 +10,27 @@ namespace tequant::detail {
 
 struct manager_access {
   template <class M>
-  static auto& state(M& m) noexcept {
-    return m.state_;
-  }
-  // Caches the manager derives from its state (pointers into the recipe state, for the cast path)
-  // must follow a load's commit: room is reserved before the commit, the refresh after it cannot throw.
+  using recipe_part_t = typename M::recipe_part;
+
   template <class M>
-  static void reserve_derived(M& m, std::size_t buckets) {
-    if constexpr (requires { m.state_.hot.reserve(buckets); }) m.state_.hot.reserve(buckets);
+  static auto& table(M& m) noexcept {
+    return m.table_;
   }
   template <class M>
-  static void refresh_derived(M& m) noexcept {
-    if constexpr (requires { m.refresh_hot(); }) m.refresh_hot();
+  static auto& recipe(M& m) noexcept {
+    return m.recipe_;
   }
   template <class M>
-  static std::uint32_t num_gemms(const M& m, module_handle h) {
-    (void)m.module_name(h);  // range check with the manager's message
-    return m.state_.modules[h.index].num_gemms;
+  static auto& frames(M& m) noexcept {
+    return m.frames_;
+  }
+  /// Counters and the pending flag as a state file holds them (between steps: nothing else runs).
+  template <class M>
+  static void restore(M& m, const std::uint64_t (&counters)[3], bool pending) noexcept {
+    m.forward_updates_.store(counters[0]);
+    m.backward_updates_.store(counters[1]);
+    m.collectives_.store(counters[2]);
+    m.flush_.restore_pending(pending);
   }
 };
 

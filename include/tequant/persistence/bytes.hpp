@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 #include <string_view>
@@ -47,7 +48,8 @@ class byte_writer {
     out_.resize(at + 4 * v.size());
     std::uint8_t* p = out_.data() + at;
     for (const T x : v) {
-      const std::uint32_t u = __builtin_bit_cast(std::uint32_t, x);
+      std::uint32_t u;
+      std::memcpy(&u, &x, 4);  // (not bit_cast: nvcc's front end cannot evaluate it in templates)
       p[0] = static_cast<std::uint8_t>(u);
       p[1] = static_cast<std::uint8_t>(u >> 8);
       p[2] = static_cast<std::uint8_t>(u >> 16);
@@ -112,9 +114,15 @@ class byte_reader {
     for (T& x : out) {
       const std::uint32_t u = static_cast<std::uint32_t>(p[0]) | static_cast<std::uint32_t>(p[1]) << 8 |
                               static_cast<std::uint32_t>(p[2]) << 16 | static_cast<std::uint32_t>(p[3]) << 24;
-      x = __builtin_bit_cast(T, u);
+      std::memcpy(&x, &u, 4);
       p += 4;
     }
+  }
+  /// A reader over the next n bytes (the caller checked they remain); this one moves past them.
+  byte_reader sub(std::size_t n) { return byte_reader(take(n), where_); }
+  /// Bytes left over after a structure that should have been consumed whole are malformed.
+  void expect_end(const char* what) const {
+    if (!at_end()) malformed(remaining(), " bytes left after the last field of the ", what);
   }
   std::size_t remaining() const noexcept { return in_.size() - pos_; }
   bool at_end() const noexcept { return pos_ == in_.size(); }

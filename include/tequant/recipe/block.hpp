@@ -14,7 +14,6 @@
 #include "tequant/manager_types.hpp"
 #include "tequant/policy.hpp"
 #include "tequant/recipe/concepts.hpp"
-#include "tequant/recipe/current.hpp"
 
 namespace tequant {
 
@@ -30,10 +29,7 @@ struct block_params {
 struct block_scaling {
   using policy_kind = recipe_kind;
   using params_type = block_params;
-  template <class Backend>
-  using state_for = stateless_state;
   static constexpr std::string_view name = "block_scaling";
-  static constexpr bool is_stateful = false;
   static constexpr std::size_t block = 128;
 
   static void validate(const block_params& p) {
@@ -41,6 +37,13 @@ struct block_scaling {
     detail::require(p.amax_epsilon >= 0.0f && detail::is_finite(p.amax_epsilon), "block_scaling: amax_epsilon ",
                     p.amax_epsilon, " must be finite and >= 0");
   }
+  template <class V>
+  static void visit_params(block_params& p, V&& v) {
+    v("format", p.format);
+    v("power_2_scale", p.power_2_scale);
+    v("amax_epsilon", p.amax_epsilon);
+  }
+
   static constexpr fp8_dtype dtype(const block_params& p, direction d) noexcept { return dtype_for(p.format, d); }
 
   /// 1x128 blocks for activations and gradients, 128x128 tiles for weights (TE).
@@ -59,7 +62,6 @@ struct block_scaling {
   }
 };
 
-static_assert(scaling_recipe<block_scaling>);
-static_assert(!stateful_recipe<block_scaling>);
+static_assert(stateless_recipe<block_scaling>);
 
 }  // namespace tequant

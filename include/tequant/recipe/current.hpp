@@ -16,9 +16,6 @@
 
 namespace tequant {
 
-/// The state of a stateless recipe: nothing.
-struct stateless_state {};
-
 /// Runtime knobs of current scaling (TE's QParams).
 struct current_params {
   fp8_format format = fp8_format::hybrid;  ///< e4m3 or hybrid
@@ -31,15 +28,19 @@ struct current_params {
 struct current_scaling {
   using policy_kind = recipe_kind;
   using params_type = current_params;
-  template <class Backend>
-  using state_for = stateless_state;
   static constexpr std::string_view name = "current_scaling";
-  static constexpr bool is_stateful = false;
 
   static void validate(const current_params& p) {
     check_training_format(p.format, "current_scaling");
     detail::require(p.amax_epsilon >= 0.0f && detail::is_finite(p.amax_epsilon), "current_scaling: amax_epsilon ",
                     p.amax_epsilon, " must be finite and >= 0");
+  }
+
+  template <class V>
+  static void visit_params(current_params& p, V&& v) {
+    v("format", p.format);
+    v("power_2_scale", p.power_2_scale);
+    v("amax_epsilon", p.amax_epsilon);
   }
 
   static constexpr fp8_dtype dtype(const current_params& p, direction d) noexcept { return dtype_for(p.format, d); }
@@ -58,7 +59,6 @@ struct current_scaling {
   }
 };
 
-static_assert(scaling_recipe<current_scaling>);
-static_assert(!stateful_recipe<current_scaling>);
+static_assert(stateless_recipe<current_scaling>);
 
 }  // namespace tequant

@@ -11,7 +11,6 @@
 #include "tequant/format/fp8.hpp"
 #include "tequant/policy.hpp"
 #include "tequant/recipe/concepts.hpp"
-#include "tequant/recipe/current.hpp"
 
 namespace tequant {
 
@@ -26,13 +25,15 @@ struct mxfp8_params {
 struct mxfp8_scaling {
   using policy_kind = recipe_kind;
   using params_type = mxfp8_params;
-  template <class Backend>
-  using state_for = stateless_state;
   static constexpr std::string_view name = "mxfp8_scaling";
-  static constexpr bool is_stateful = false;
   static constexpr std::size_t block = 32;
 
   static void validate(const mxfp8_params& p) { check_training_format(p.format, "mxfp8_scaling"); }
+  template <class V>
+  static void visit_params(mxfp8_params& p, V&& v) {
+    v("format", p.format);
+    v("weight_2d", p.weight_2d);
+  }
   static constexpr fp8_dtype dtype(const mxfp8_params& p, direction d) noexcept { return dtype_for(p.format, d); }
 
   /// 1x32 / 32x1 blocks; forward weights in 32x32 tiles when weight_2d.
@@ -43,7 +44,6 @@ struct mxfp8_scaling {
   }
 };
 
-static_assert(scaling_recipe<mxfp8_scaling>);
-static_assert(!stateful_recipe<mxfp8_scaling>);
+static_assert(stateless_recipe<mxfp8_scaling>);
 
 }  // namespace tequant

@@ -1,0 +1,282 @@
+// SPDX-License-Identifier: Apache-2.0
+// The checkpoint frames open in one manager (ARCHITECTURE §4): which plan a forward cast gets inside
+// original forwards and replays, snapshots of what those casts used, LIFO restore on every exit.
+#pragma once
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tequant/cast_plan.hpp"
+#include "tequant/checkpoint/frame.hpp"
+#include "tequant/checkpoint/snapshot_map.hpp"
+#include "tequant/error.hpp"
+#include "tequant/manager_types.hpp"
+
+namespace tequant {
+
+namespace detail {
+
+/// The frame stack's side of checkpoint_frame (frames are passive; the stack drives them).
+struct frame_access {
+  using phase = checkpoint_frame::phase;
+  static const char* describe(phase p) noexcept {
+    switch (p) {
+      case phase::idle:
+        return "its original forward did not run under this manager with gradients enabled and inputs that need "
+               "gradients, did not complete, or was already replayed";
+      case phase::recording: return "its original forward is still running";
+      case phase::ready: return "its original forward completed and was not replayed yet";
+      case phase::replaying: return "it is being replayed";
+    }
+    return "unknown";
+  }
+  static phase get(const checkpoint_frame& f) noexcept { return f.phase_; }
+  static void set(checkpoint_frame& f, phase p) noexcept { f.phase_ = p; }
+  static const void* owner(const checkpoint_frame& f) noexcept { return f.owner_; }
+  static bool enabled(const checkpoint_frame& f) noexcept { return f.enabled_; }
+  static void begin(checkpoint_frame& f, const void* owner, std::size_t* outstanding, bool enabled) noexcept {
+    f.owner_ = owner;
+    f.outstanding_ = outstanding;
+    f.enabled_ = enabled;
+    ++*outstanding;
+    f.phase_ = phase::recording;
+  }
+  static void release(checkpoint_frame& f) noexcept { f.release(); }
+  static snapshot_map& snapshot(checkpoint_frame& f) noexcept { return f.snapshot_; }
+  static std::unique_ptr<snapshot_storage>& device_storage(checkpoint_frame& f) noexcept { return f.device_; }
+};
+
+template <class Buffer>
+inline constexpr char snapshot_kind_tag = 0;
+
+/// A frame's device snapshot: one backend buffer of scales (see snapshot_storage).
+template <class Buffer>
+class snapshot_buffer final : public snapshot_storage {
+ public:
+  snapshot_buffer(Buffer buffer, std::size_t capacity, const void* owner)
+      : buffer_(std::move(buffer)), capacity_(capacity), owner_(owner) {}
+  float* data() noexcept override { return buffer_.data(); }
+  std::size_t capacity() const noexcept override { return capacity_; }
+  const void* owner() const noexcept override { return owner_; }
+  const void* kind() const noexcept override { return &snapshot_kind_tag<Buffer>; }
+
+ private:
+  Buffer buffer_;
+  std::size_t capacity_;
+  const void* owner_;
+};
+
+constexpr std::uint64_t frame_key(slot_id s) noexcept {
+  return (static_cast<std::uint64_t>(s.bucket) << 32) | s.index;
+}
+
+}  // namespace detail
+
+/// stacked_recompute's frames for one manager with backend `Backend`. A frame's original forward
+/// snapshots, at each forward slot's first cast, what the plan points at (the scale; the random-number
+/// offset of a stochastically rounding recipe); its replay casts with exactly those and records no
+/// amax. A checkpoint forward that runs inside an enclosing replay takes its values from that replay's
+/// snapshot and reserves them as its own. The stack never knows which recipe made the plan.
+template <class Backend>
+class frame_stack {
+ public:
+  bool empty() const noexcept { return frames_.empty(); }
+  bool in_replay() const noexcept { return replay_depth_ != 0; }
+  std::uint32_t depth() const noexcept { return static_cast<std::uint32_t>(frames_.size()); }
+  std::size_t outstanding() const noexcept { return outstanding_; }
+
+  /// Opens `f` for its original forward; `active`: gradients on and inputs that need them, so a replay
+  /// will come (otherwise the frame inherits the enclosing context, an enclosing replay included).
+  void open_forward(checkpoint_frame& f, bool active, bool enabled, const void* owner) {
+    using phase = detail::frame_access::phase;
+    const phase p = detail::frame_access::get(f);
+    detail::require(p == phase::idle, "checkpoint_forward: frame '", f.name(),
+                    "' already holds a snapshot that no replay consumed (", detail::frame_access::describe(p),
+                    "); use one frame per checkpoint call");
+    frames_.push_back({&f, active ? mode::recording : mode::inactive});
+    if (active) detail::frame_access::begin(f, owner, &outstanding_, enabled);
+  }
+
+  /// Throws unless `f` holds a snapshot `owner` recorded that no replay consumed yet.
+  static void require_replayable(const checkpoint_frame& f, const void* owner) {
+    using phase = detail::frame_access::phase;
+    const phase p = detail::frame_access::get(f);
+    detail::require(p == phase::ready && detail::frame_access::owner(f) == owner, "checkpoint_replay: frame '",
+                    f.name(), "' has no snapshot to replay with (",
+                    p == phase::ready ? "it was recorded by another manager" : detail::frame_access::describe(p), ")");
+  }
+
+  /// Reopens `f` for its replay; returns the autocast state its original forward ran under.
+  bool open_replay(checkpoint_frame& f, const void* owner) {
+    using phase = detail::frame_access::phase;
+    require_replayable(f, owner);
+    frames_.push_back({&f, mode::replaying});
+    detail::frame_access::set(f, phase::replaying);
+    ++replay_depth_;
+    return detail::frame_access::enabled(f);
+  }
+
+  /// Closes `f` (the top frame: guards are RAII; searched anyway so that a misused guard cannot corrupt
+  /// another frame). A replay releases its snapshot; an original forward that unwound has no replay.
+  void close(checkpoint_frame& f, bool unwinding) noexcept {
+    std::size_t i = frames_.size();
+    while (i > 0 && frames_[i - 1].frame != &f) --i;
+    if (i == 0) return;
+    const mode kind = frames_[i - 1].kind;
+    frames_.erase(frames_.begin() + static_cast<std::ptrdiff_t>(i - 1));
+    if (kind == mode::replaying) {
+      --replay_depth_;
+      detail::frame_access::release(f);
+    } else if (kind == mode::recording) {
+      if (unwinding)
+        detail::frame_access::release(f);
+      else
+        detail::frame_access::set(f, detail::frame_access::phase::ready);
+    }
+  }
+
+  /// The plan a forward cast of `slot` uses given the recipe's live plan: the nearest replaying frame
+  /// below the top decides (its snapshot, nothing recorded); recording frames above it reserve what
+  /// was used as their own snapshot. `forward_slots` sizes a device snapshot's first allocation;
+  /// `describe(slot)` names the slot in errors.
+  template <class Describe>
+  cast_plan plan_forward(slot_id slot, cast_plan plan, Backend& backend, std::size_t forward_slots,
+                         const void* owner, Describe&& describe) {
+    std::size_t r = frames_.size();
+    while (r > 0 && frames_[r - 1].kind != mode::replaying) --r;
+    if (plan.scale == nullptr && plan.rng_offset == nullptr) {  // the cast depends on no state: nothing to keep
+      if (r > 0) plan.amax = nullptr;
+      return plan;
+    }
+    const std::uint64_t key = detail::frame_key(slot);
+    if constexpr (Backend::host_accessible) {
+      return plan_on_host(key, r, plan, slot, describe);
+    } else {
+      return plan_on_device(key, r, plan, backend, forward_slots, owner, slot, describe);
+    }
+  }
+
+  /// Refuses state loading while frames are open or hold snapshots of the current scales.
+  void require_quiescent(const std::string& where) const {
+    detail::require(frames_.empty(), where, ": called while ", frames_.size(),
+                    " checkpoint frame(s) are open; load between steps");
+    detail::require(outstanding_ == 0, where, ": ", outstanding_,
+                    " checkpoint frame(s) still hold snapshots of the current scales; finish their replays (or "
+                    "destroy the frames) before loading");
+  }
+
+ private:
+  enum class mode : std::uint8_t { inactive, recording, replaying };
+  struct entry {
+    checkpoint_frame* frame;
+    mode kind;
+  };
+
+  template <class Describe>
+  [[noreturn, gnu::noinline, gnu::cold]] static void missing_snapshot(const checkpoint_frame& f, slot_id slot,
+                                                                      Describe& describe) {
+    detail::fail("checkpoint_replay: frame '", f.name(), "' has no snapshot of forward slot ", describe(slot),
+                 ": its original forward did not cast this slot, so the replay cannot reproduce it");
+  }
+
+  template <class Describe>
+  cast_plan plan_on_host(std::uint64_t key, std::size_t r, cast_plan plan, slot_id slot, Describe& describe) {
+    const float used = plan.scale != nullptr ? *plan.scale : 0.0f;
+    const std::uint64_t rng = plan.rng_offset != nullptr ? *plan.rng_offset : 0;
+    if (r > 0) {
+      checkpoint_frame& f = *frames_[r - 1].frame;
+      auto& snap = detail::frame_access::snapshot(f);
+      const std::size_t pos = snap.find(key);
+      if (pos == detail::snapshot_map::npos) missing_snapshot(f, slot, describe);
+      // A replaying frame takes no new entries: these addresses hold until it ends.
+      if (plan.scale != nullptr) plan.scale = &snap.value(pos);
+      if (plan.rng_offset != nullptr) plan.rng_offset = &snap.rng_offset(pos);
+      plan.amax = nullptr;
+      for (std::size_t i = r; i < frames_.size(); ++i)
+        if (frames_[i].kind == mode::recording)
+          detail::frame_access::snapshot(*frames_[i].frame).try_emplace(key, snap.value(pos), snap.rng_offset(pos));
+      return plan;
+    }
+    for (std::size_t i = 0; i < frames_.size(); ++i)
+      if (frames_[i].kind == mode::recording) detail::frame_access::snapshot(*frames_[i].frame).try_emplace(key, used, rng);
+    return plan;
+  }
+
+  // Backend memory the host cannot read: snapshots are stream-ordered backend-to-backend copies into
+  // the frame's buffer, replays cast with pointers into it; nothing waits for the device.
+  template <class Describe>
+  cast_plan plan_on_device(std::uint64_t key, std::size_t r, cast_plan plan, Backend& backend, std::size_t forward_slots,
+                           const void* owner, slot_id slot, Describe& describe) {
+    const float* used = plan.scale;
+    const std::uint64_t rng = plan.rng_offset != nullptr ? *plan.rng_offset : 0;
+    std::uint64_t* rng_used = plan.rng_offset;
+    if (r > 0) {
+      checkpoint_frame& f = *frames_[r - 1].frame;
+      auto& index = detail::frame_access::snapshot(f);
+      const std::size_t pos = index.find(key);
+      if (pos == detail::snapshot_map::npos) missing_snapshot(f, slot, describe);
+      if (plan.scale != nullptr) used = plan.scale = detail::frame_access::device_storage(f)->data() + pos;
+      if (plan.rng_offset != nullptr) rng_used = plan.rng_offset = &index.rng_offset(pos);
+      plan.amax = nullptr;
+    }
+    for (std::size_t i = r; i < frames_.size(); ++i)
+      if (frames_[i].kind == mode::recording)
+        snapshot_on_device(*frames_[i].frame, key, used, rng_used != nullptr ? *rng_used : rng, backend, forward_slots,
+                           owner);
+    return plan;
+  }
+
+  // First use of `key` in a recording frame: reserve a position in its buffer and copy the scale in.
+  // Strong guarantee: a failed allocation or copy leaves the frame as it was.
+  static void snapshot_on_device(checkpoint_frame& f, std::uint64_t key, const float* src, std::uint64_t rng,
+                                 Backend& backend, std::size_t forward_slots, const void* owner) {
+    auto& index = detail::frame_access::snapshot(f);  // positions in the buffer; values unused
+    if (index.find(key) != detail::snapshot_map::npos) return;
+    auto& storage = detail::frame_access::device_storage(f);
+    const std::size_t pos = index.size();
+    using buffer_type = decltype(backend.template make_buffer<float>(std::size_t{}));
+    const bool reuse = storage != nullptr && storage->owner() == owner &&
+                       storage->kind() == &detail::snapshot_kind_tag<buffer_type>;
+    if (!reuse || storage->capacity() <= pos) {
+      // Room for every forward slot known now, so that a frame needs one allocation in its first step;
+      // registrations inside a frame grow it geometrically.
+      const std::size_t cap = std::max({forward_slots, pos + 1, reuse ? 2 * storage->capacity() : std::size_t{0}});
+      auto grown = std::make_unique<detail::snapshot_buffer<buffer_type>>(backend.template make_buffer<float>(cap), cap,
+                                                                         owner);
+      if (reuse && pos != 0) backend.copy(grown->data(), storage->data(), pos);
+      storage = std::move(grown);  // the old buffer's release (cudaFree) waits for the copy
+    }
+    index.try_emplace(key, 0.0f, rng);
+    if (src == nullptr) return;
+    try {
+      backend.copy(storage->data() + pos, src, 1);
+    } catch (...) {
+      index.pop_back();
+      throw;
+    }
+  }
+
+  std::vector<entry> frames_;
+  std::uint32_t replay_depth_ = 0;
+  std::size_t outstanding_ = 0;
+};
+
+/// no_recompute's frames: there are none, and a cast gets the live plan.
+template <class Backend>
+struct no_frames {
+  static constexpr bool empty() noexcept { return true; }
+  static constexpr bool in_replay() noexcept { return false; }
+  static constexpr std::uint32_t depth() noexcept { return 0; }
+  static constexpr std::size_t outstanding() noexcept { return 0; }
+  template <class Describe>
+  static cast_plan plan_forward(slot_id, cast_plan plan, Backend&, std::size_t, const void*, Describe&&) noexcept {
+    return plan;
+  }
+  static void require_quiescent(const std::string&) noexcept {}
+};
+
+}  // namespace tequant
