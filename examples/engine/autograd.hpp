@@ -97,15 +97,20 @@ class engine {
   void backward(const tensor& root, matrix seed = {}) {
     if (seed.empty()) seed = matrix(root->value.rows, root->value.cols, 1.0f);
     tasks_.emplace_back();
+    std::size_t ran = 0;
     try {
       run_nodes(root, std::move(seed));
       // Final callbacks run after the last node, in queue order; a callback may queue another.
-      for (std::size_t i = 0; i < tasks_.back().size(); ++i) {
-        const callback cb = tasks_.back()[i];
+      while (ran < tasks_.back().size()) {
+        const callback cb = tasks_.back()[ran++];
         cb.fn(cb.ctx);
       }
     } catch (...) {
-      tasks_.pop_back();  // as in PyTorch: a failed task drops its callbacks
+      // As in PyTorch: a failed task drops the callbacks it has not run; here their owners hear of it.
+      const std::vector<callback> dropped = std::move(tasks_.back());
+      tasks_.pop_back();
+      for (std::size_t i = ran; i < dropped.size(); ++i)
+        if (dropped[i].dropped != nullptr) dropped[i].dropped(dropped[i].ctx);
       throw;
     }
     tasks_.pop_back();
@@ -116,10 +121,11 @@ class engine {
   /// Number of tasks running now (2 inside the nested backward of a reentrant checkpoint).
   std::size_t task_depth() const { return tasks_.size(); }
 
-  /// Runs fn(ctx) once when the CURRENT (innermost) task ends (graph_hooks::queue_callback).
-  bool queue_final_callback(void (*fn)(void*), void* ctx) {
+  /// Runs fn(ctx) once when the CURRENT (innermost) task ends, or dropped(ctx) (when not null) if the
+  /// task fails first (graph_hooks::queue_callback).
+  bool queue_final_callback(void (*fn)(void*), void (*dropped)(void*), void* ctx) {
     if (tasks_.empty()) return false;
-    tasks_.back().push_back({fn, ctx});
+    tasks_.back().push_back({fn, dropped, ctx});
     ++callbacks_queued_;
     return true;
   }
@@ -128,6 +134,7 @@ class engine {
  private:
   struct callback {
     void (*fn)(void*);
+    void (*dropped)(void*);
     void* ctx;
   };
 

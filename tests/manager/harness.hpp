@@ -15,18 +15,19 @@
 #include "tequant/boundary/engine_callback.hpp"
 #include "tequant/boundary/explicit_scope.hpp"
 #include "tequant/boundary/first_module_owner.hpp"
+#include "tequant/backend/host.hpp"
 #include "tequant/manager.hpp"
 #include "tequant/recipe/delayed.hpp"
 #include "test_engine.hpp"
 
 namespace tq_test {
 
-using callback_boundary = tequant::engine_callback<test_hooks>;
+using callback_boundary = tequant::engine_callback<full_test_hooks>;
 
 template <class Boundary>
 Boundary make_boundary(task_stack& ts) {
   if constexpr (std::is_same_v<Boundary, callback_boundary>)
-    return Boundary{test_hooks{&ts}};
+    return Boundary{full_test_hooks{{&ts}}};
   else
     return Boundary{};
 }

@@ -34,21 +34,37 @@ struct task_stack {
   struct callback {
     void (*fn)(void*);
     void* ctx;
+    void (*dropped)(void*) = nullptr;  // called instead of fn when the task fails (drop-notice hooks)
   };
   std::vector<std::vector<callback>> tasks;  // one callback list per running task
   bool can_queue = true;                     // false: an engine without final callbacks
   std::size_t queued = 0;                    // callbacks ever queued (tests count them)
 };
 
-/// graph_hooks for the test engine.
+/// graph_hooks for the test engine: the required minimum (no task depth, no drop notice).
 struct test_hooks {
   task_stack* ts = nullptr;
   bool in_backward() const noexcept { return ts != nullptr && !ts->tasks.empty(); }
-  bool queue_callback(void (*fn)(void*), void* ctx) {
+  bool queue_callback(void (*fn)(void*), void* ctx) { return queue_callback(fn, nullptr, ctx); }
+
+ protected:
+  bool queue_callback(void (*fn)(void*), void (*dropped)(void*), void* ctx) {
     if (!in_backward() || !ts->can_queue) return false;
-    ts->tasks.back().push_back({fn, ctx});
+    ts->tasks.back().push_back({fn, ctx, dropped});
     ++ts->queued;
     return true;
+  }
+};
+
+/// Full graph_hooks: also the task's nesting depth and a notice when a failed task drops a callback
+/// (what the shipped engine hooks provide).
+struct full_test_hooks : test_hooks {
+  using test_hooks::queue_callback;
+  bool queue_callback(void (*fn)(void*), void (*dropped)(void*), void* ctx) {
+    return test_hooks::queue_callback(fn, dropped, ctx);
+  }
+  std::uint32_t task_depth() const noexcept {
+    return ts == nullptr || ts->tasks.empty() ? 0u : static_cast<std::uint32_t>(ts->tasks.size() - 1);
   }
 };
 // example-end task-stack
@@ -145,15 +161,20 @@ class engine {
   void backward(const tensor& root, vec grad = {}) {
     if (grad.empty()) grad.assign(root->data.size(), 1.0f);
     ts_.tasks.emplace_back();
+    std::size_t ran = 0;
     try {
       run_task(root, std::move(grad));
       // Final callbacks: FIFO, may queue more.
-      for (std::size_t i = 0; i < ts_.tasks.back().size(); ++i) {
-        const auto cb = ts_.tasks.back()[i];
+      while (ran < ts_.tasks.back().size()) {
+        const auto cb = ts_.tasks.back()[ran++];
         cb.fn(cb.ctx);
       }
     } catch (...) {
-      ts_.tasks.pop_back();  // like PyTorch: a failed task drops its callbacks
+      // Like PyTorch: a failed task drops the callbacks it has not run (telling drop-notice hooks).
+      const auto dropped = std::move(ts_.tasks.back());
+      ts_.tasks.pop_back();
+      for (std::size_t i = ran; i < dropped.size(); ++i)
+        if (dropped[i].dropped != nullptr) dropped[i].dropped(dropped[i].ctx);
       throw;
     }
     ts_.tasks.pop_back();

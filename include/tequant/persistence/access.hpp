@@ -2,6 +2,8 @@
 // The one door from persistence/ into a manager's parts (the manager befriends it).
 #pragma once
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 #include "tequant/manager.hpp"
 #include "tequant/manager_types.hpp"
@@ -9,9 +11,6 @@
 namespace tequant::detail {
 
 struct manager_access {
-  template <class M>
-  using recipe_part_t = typename M::recipe_part;
-
   template <class M>
   static auto& table(M& m) noexcept {
     return m.table_;
@@ -32,6 +31,10 @@ struct manager_access {
     m.collectives_.store(counters[2]);
     m.flush_.restore_pending(pending);
   }
+
+  // (Through recipe(), not M::recipe_part: clang checks an alias template's access outside the friend.)
+  template <class M>
+  using recipe_part_t = std::remove_reference_t<decltype(recipe(std::declval<M&>()))>;
 };
 
 }  // namespace tequant::detail
