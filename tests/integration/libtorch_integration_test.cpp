@@ -628,20 +628,164 @@ TEST_CASE("fake_quantize: per-tensor delayed cast uses the plan's scale and reco
   const torch::Tensor x = torch::tensor({1.0f, -3.0f, 0.3f, 500.0f}).reshape({2, 2});
   float scale = 2.0f, amax = 1.0f;
   const cast_plan plan{&scale, &amax, fp8_dtype::e4m3};
-  const torch::Tensor q = fake_quantize<delayed_scaling<>>(delayed_params{}, plan, x, gemm_operand::activation,
-                                                          block_axis::rowwise);
+  const torch::Tensor q = fake_quantize(plan, x, block_axis::rowwise);
   CHECK(amax == 500.0f);
   const float* p = q.data_ptr<float>();
   CHECK(p[0] == 1.0f);
   CHECK(p[1] == -3.0f);
   CHECK(p[2] == decode_e4m3(encode_e4m3(0.6f)) / 2.0f);
   CHECK(p[3] == 224.0f);  // 1000 saturates to 448, / 2
-  CHECK_THROWS_AS((void)fake_quantize<delayed_scaling<>>(delayed_params{}, plan, x.to(torch::kDouble),
-                                                        gemm_operand::activation, block_axis::rowwise),
-                  tequant::error);
-  CHECK_THROWS_AS((void)fake_quantize<mxfp8_scaling>(mxfp8_params{}, cast_plan{}, x, gemm_operand::activation,
-                                                    block_axis::rowwise),
-                  tequant::error);
+  CHECK_THROWS_AS((void)fake_quantize(plan, x.to(torch::kDouble), block_axis::rowwise), tequant::error);
+  cast_plan mx{};
+  mx.mode = scaling_mode::mxfp8;
+  CHECK_THROWS_AS((void)fake_quantize(mx, x, block_axis::rowwise), tequant::error);  // 2x2 is not a multiple of 32
+  cast_plan off = plan;
+  off.enabled = false;  // a plan from outside an enabled autocast region is never cast
+  CHECK_THROWS_AS((void)fake_quantize(off, x, block_axis::rowwise), tequant::error);
+}
+
+// ---- issue 16: graph shapes beyond checkpoints -------------------------------------------------------
+
+namespace {
+
+/// A custom op whose backward runs backward() on a sub-graph built in its forward (a gradient
+/// penalty's shape): a nested GraphTask that is not a checkpoint replay.
+template <class M>
+struct nested_backward_op : torch::autograd::Function<nested_backward_op<M>> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, fp8_linear<M>* inner) {
+    torch::Tensor sub;
+    {
+      torch::AutoGradMode on(true);
+      sub = inner->forward(x.detach().requires_grad_(true)).pow(2).sum();
+    }
+    ctx->saved_data["sub"] = sub;
+    return x.clone();
+  }
+  static vl backward(torch::autograd::AutogradContext* ctx, vl g) {
+    const torch::Tensor sub = ctx->saved_data["sub"].toTensor();
+    torch::autograd::backward({sub});  // nested task: its fp8_linear requests the update first
+    return {g[0], torch::Tensor()};
+  }
+};
+
+/// Identity whose backward raises while *fail is set.
+struct failing_op : torch::autograd::Function<failing_op> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, bool* fail) {
+    ctx->saved_data["fail"] = static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(fail));
+    return x.clone();
+  }
+  static vl backward(torch::autograd::AutogradContext* ctx, vl g) {
+    if (*reinterpret_cast<bool*>(static_cast<std::intptr_t>(ctx->saved_data["fail"].toInt())))
+      throw std::runtime_error("failing_op: injected backward failure");
+    return {g[0], torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("libtorch_hooks: task depth 0 in a top-level backward, 1 in a backward() run by a node") {
+  struct probe : torch::autograd::Function<probe> {
+    static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, std::vector<std::uint32_t>* d) {
+      ctx->saved_data["d"] = static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(d));
+      return x.clone();
+    }
+    static vl backward(torch::autograd::AutogradContext* ctx, vl g) {
+      auto* d = reinterpret_cast<std::vector<std::uint32_t>*>(static_cast<std::intptr_t>(ctx->saved_data["d"].toInt()));
+      d->push_back(libtorch_hooks{}.task_depth());
+      if (d->size() == 1) {  // run a nested backward through another probe
+        torch::Tensor z = torch::ones({2}, torch::requires_grad());
+        torch::Tensor y;
+        {
+          torch::AutoGradMode on(true);
+          y = probe::apply(z, d).sum();
+        }
+        torch::autograd::backward({y});
+      }
+      return {g[0], torch::Tensor()};
+    }
+  };
+  std::vector<std::uint32_t> depth;
+  CHECK(libtorch_hooks{}.task_depth() == 0);
+  probe::apply(torch::ones({2}, torch::requires_grad()), &depth).sum().backward();
+  CHECK(depth == std::vector<std::uint32_t>{0, 1});
+}
+
+TEST_CASE("libtorch_hooks: a failed task's callback is reported dropped, a completed one is not") {
+  struct queue_then_fail : torch::autograd::Function<queue_then_fail> {
+    static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, int* counters, bool fail) {
+      ctx->saved_data["c"] = static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(counters));
+      ctx->saved_data["fail"] = fail;
+      return x.clone();
+    }
+    static vl backward(torch::autograd::AutogradContext* ctx, vl g) {
+      int* c = reinterpret_cast<int*>(static_cast<std::intptr_t>(ctx->saved_data["c"].toInt()));
+      CHECK(libtorch_hooks{}.queue_callback(+[](void* p) { ++static_cast<int*>(p)[0]; },
+                                            +[](void* p) { ++static_cast<int*>(p)[1]; }, c));
+      if (ctx->saved_data["fail"].toBool()) throw std::runtime_error("queue_then_fail");
+      return {g[0], torch::Tensor(), torch::Tensor()};
+    }
+  };
+  int counters[2] = {0, 0};
+  queue_then_fail::apply(torch::ones({2}, torch::requires_grad()), counters, false).sum().backward();
+  CHECK(counters[0] == 1);
+  CHECK(counters[1] == 0);
+  CHECK_THROWS(queue_then_fail::apply(torch::ones({2}, torch::requires_grad()), counters, true).sum().backward());
+  CHECK(counters[0] == 1);
+  CHECK(counters[1] == 1);
+}
+
+TEST_CASE("engine_callback on libtorch: a custom op's nested backward() does not flush by itself") {
+  cb_mgr mgr = make_mgr<cb_mgr>();
+  auto ls = make_layers(mgr, 3);
+  auto x = input();
+  // L0 -> L1 -> op (its nested backward runs through L2) -> loss: the nested task's L2 requests first.
+  run_steps(mgr, 3, [&] {
+    torch::Tensor h = ls[1]->forward(ls[0]->forward(x));
+    return nested_backward_op<cb_mgr>::apply(h, ls[2].get());
+  });
+}
+
+TEST_CASE("engine_callback on libtorch: a backward that raised, retried, flushes at the retry's end") {
+  cb_mgr mgr = make_mgr<cb_mgr>();
+  auto ls = make_layers(mgr, 2);
+  auto x = input();
+  bool fail = true;
+  const counts before = snapshot_counts(mgr);
+  torch::Tensor loss;
+  {
+    libtorch_autocast<cb_mgr> region(mgr);
+    loss = ls[1]->forward(ls[0]->forward(failing_op::apply(x, &fail))).sum();
+  }
+  // The layers' backwards request (the callback is queued), then failing_op raises: the task is dropped.
+  CHECK_THROWS_WITH(torch::autograd::backward({loss}, {}, /*retain_graph=*/true), doctest::Contains("injected"));
+  CHECK(mgr.stats().backward_updates == before.backward);
+  CHECK(mgr.stats().pending);
+  fail = false;
+  loss.backward();  // the retry: one flush at its end, not at the next step's autocast entry
+  check_step(mgr, before, 1, 1);
+}
+
+TEST_CASE("fp8_linear outside an enabled autocast region runs in FP32 and stages nothing") {
+  cb_mgr mgr = make_mgr<cb_mgr>();
+  auto ls = make_layers(mgr, 2);
+  auto x = input();
+  const counts before = snapshot_counts(mgr);
+  torch::Tensor y, ref;
+  {
+    libtorch_autocast<cb_mgr> region(mgr, /*enabled=*/false);
+    y = ls[1]->forward(ls[0]->forward(x));
+  }
+  {
+    torch::NoGradGuard off;
+    ref = torch::addmm(ls[1]->bias, torch::addmm(ls[0]->bias, x, ls[0]->weight.t()), ls[1]->weight.t());
+  }
+  CHECK(torch::equal(y.detach(), ref));
+  y.sum().backward();
+  const auto s = mgr.stats();
+  CHECK(s.forward_updates == before.forward);  // a disabled region does not update
+  CHECK(s.backward_updates == before.backward);
+  CHECK_FALSE(s.pending);
+  CHECK(mgr.staging_amax(mgr.slot(ls[0]->handle(), backward_role::grad_output)) == 0.0f);
 }
 
 // ---- TE's old first-module ownership on the same graphs -------------------------------------------

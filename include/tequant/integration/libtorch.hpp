@@ -29,13 +29,12 @@
 #include "tequant/backend/host.hpp"
 #include "tequant/backend/layouts.hpp"
 #include "tequant/boundary/concepts.hpp"
+#include "tequant/cast_plan.hpp"
 #include "tequant/checkpoint/frame.hpp"
 #include "tequant/error.hpp"
 #include "tequant/format/fp8.hpp"
 #include "tequant/manager_types.hpp"
-#include "tequant/recipe/block.hpp"
-#include "tequant/recipe/current.hpp"
-#include "tequant/recipe/mxfp8.hpp"
+#include "tequant/quantized_tensor.hpp"
 
 namespace tequant {
 
@@ -44,14 +43,53 @@ namespace tequant {
 /// graph_hooks for libtorch's autograd engine. "Inside a backward task" is libtorch's thread-local
 /// current GraphTask, read through the exported `get_current_graph_task_exec_info()` (nullptr outside
 /// any task); a final callback goes to the current task through `Engine::queue_callback`, which in a
-/// nested backward() is the inner task (the manager takes care of queuing on the outermost one).
+/// nested backward() is the inner task. The optional members: the task's depth is the GraphTask's
+/// reentrant_depth_ (0 for a backward() called outside any task), so a nested backward() run by a
+/// custom op never flushes by itself; a callback that a failed task discards tells the manager when
+/// the task lets go of it (the drop notice), so a retried backward flushes at its own end.
 struct libtorch_hooks {
   bool in_backward() const noexcept { return torch::autograd::get_current_graph_task_exec_info() != nullptr; }
 
-  bool queue_callback(void (*fn)(void*), void* ctx) const noexcept {
+  std::uint32_t task_depth() const noexcept {
+    const auto* info = torch::autograd::get_current_graph_task_exec_info();
+    if (info == nullptr) return 0;
+    // The exported accessor returns &GraphTask::exec_info_ of the current task; GraphTask is declared
+    // in graph_task.h, so its reentrant depth is read from the same object.
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winvalid-offsetof"
+#endif
+    constexpr std::size_t offset = offsetof(torch::autograd::GraphTask, exec_info_);
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+    const auto* task =
+        reinterpret_cast<const torch::autograd::GraphTask*>(reinterpret_cast<const char*>(info) - offset);
+    return task->reentrant_depth_ > 0 ? static_cast<std::uint32_t>(task->reentrant_depth_) : 0u;
+  }
+
+  bool queue_callback(void (*fn)(void*), void* ctx) const noexcept { return queue_callback(fn, nullptr, ctx); }
+
+  bool queue_callback(void (*fn)(void*), void (*dropped)(void*), void* ctx) const noexcept {
     if (!in_backward()) return false;  // queue_callback would throw "only during backward pass"
+    // The engine keeps the std::function until the GraphTask dies; a task that failed never ran it,
+    // and the notice fires when the function is destroyed unrun.
+    struct notice {
+      void (*dropped)(void*) = nullptr;
+      void* ctx = nullptr;
+      bool ran = false;
+      ~notice() {
+        if (!ran && dropped != nullptr) dropped(ctx);
+      }
+    };
     try {
-      torch::autograd::Engine::get_default_engine().queue_callback([fn, ctx] { fn(ctx); });
+      auto n = std::make_shared<notice>();
+      n->dropped = dropped;
+      n->ctx = ctx;
+      torch::autograd::Engine::get_default_engine().queue_callback([fn, ctx, n] {
+        n->ran = true;
+        fn(ctx);
+      });
       return true;
     } catch (...) {
       return false;
@@ -59,7 +97,8 @@ struct libtorch_hooks {
   }
 };
 
-static_assert(graph_hooks<libtorch_hooks>);
+static_assert(graph_hooks<libtorch_hooks> && hooks_with_task_depth<libtorch_hooks> &&
+              hooks_with_drop_notice<libtorch_hooks>);
 
 /// An autocast region that first tells the manager libtorch's grad mode, so the forward update at
 /// the outermost exit follows torch::GradMode as TE's follows torch.is_grad_enabled().
@@ -108,97 +147,59 @@ class rng_fork {
 
 // ---- fake quantization (quantize, then dequantize, on the host) ----------------------------------
 
-/// Which tensor of a GEMM is cast: the recipes tile activations/gradients and weights differently.
-enum class gemm_operand : std::uint8_t { activation, weight, gradient };
 /// Rowwise: blocks run along the last dim (the GEMM that contracts over it); columnwise: along the
 /// flattened leading dims (the GEMM that contracts over those, e.g. wgrad).
 enum class block_axis : std::uint8_t { rowwise, columnwise };
 
 namespace detail {
 
-template <class Recipe>
-constexpr bool per_tensor_recipe = !std::is_same_v<Recipe, mxfp8_scaling> && !std::is_same_v<Recipe, block_scaling>;
-
 /// The fake-quantized matrices of one cast: the rowwise and/or columnwise one, as requested.
 struct fake_quantized {
   torch::Tensor rowwise, columnwise;
 };
 
-/// Quantizes x2d [M, K] with host_backend (the same code as every other host cast), then dequantizes
-/// each requested direction back to a [M, K] float tensor. Per-tensor recipes always cast and give
-/// one tensor for both directions (the same values); delayed scaling casts with *plan.scale and
-/// max-accumulates into plan.amax, the stateless recipes ignore both pointers.
-template <class Recipe>
-fake_quantized fake_quantize_dirs(const typename Recipe::params_type& params, const cast_plan& plan,
-                                  const torch::Tensor& x2d, gemm_operand operand, bool row, bool col) {
+/// Casts x2d [M, K] with host_backend as the plan says (its scaling mode, scale, amax sink and tiles:
+/// whatever recipe made it), then decodes each requested direction back to a [M, K] float tensor.
+/// Per-tensor modes give one tensor for both directions (the same values).
+inline fake_quantized fake_quantize_dirs(const cast_plan& plan, const torch::Tensor& x2d, bool row, bool col) {
   detail::require(x2d.dim() == 2 && x2d.scalar_type() == torch::kFloat && x2d.device().is_cpu() &&
                       x2d.is_contiguous(),
                   "fake_quantize: expects a contiguous 2-D CPU float32 tensor, got ", x2d.dim(), "-D ",
                   std::string(c10::toString(x2d.scalar_type())));
+  fake_quantized r;
+  if (!row && !col) return r;  // a backward that needs neither dgrad nor wgrad
   const host_backend be{};
   const auto M = static_cast<std::size_t>(x2d.size(0));
   const auto K = static_cast<std::size_t>(x2d.size(1));
-  const std::size_t n = M * K;
-  const matrix_view<const float> x{x2d.data_ptr<float>(), M, K};
-  const fp8_dtype t = plan.dtype;
-  auto out_span = [](torch::Tensor& o) { return std::span<float>(o.data_ptr<float>(), static_cast<std::size_t>(o.numel())); };
-  std::vector<std::uint8_t> qr(row || per_tensor_recipe<Recipe> ? n : 0), qc(col ? n : 0);
-  fake_quantized r;
-  if constexpr (per_tensor_recipe<Recipe>) {
-    float scale_inv = 1.0f;
-    if constexpr (std::is_same_v<Recipe, current_scaling>) {
-      be.quantize_current(x.data, n, t, params.power_2_scale, params.amax_epsilon, qr.data(), &scale_inv);
-    } else {  // delayed scaling: the manager's scale, amax recorded for the next update
-      detail::require(plan.scale != nullptr, "fake_quantize: ", Recipe::name, " gave no scale for a per-tensor cast");
-      be.quantize_tensor(x.data, n, plan.scale, t, qr.data(), &scale_inv, plan.amax);
-    }
-    r.rowwise = torch::empty_like(x2d);
-    be.dequantize_tensor(qr.data(), n, t, &scale_inv, r.rowwise.data_ptr<float>());
-    r.columnwise = r.rowwise;
-  } else if constexpr (std::is_same_v<Recipe, mxfp8_scaling>) {
-    if (!row && !col) return r;  // a backward that needs neither dgrad nor wgrad
-    const bool tile_2d = operand == gemm_operand::weight && params.weight_2d;
-    // quantize_mxfp8 rejects dims that are not multiples of 32 before these shapes are used
-    std::vector<std::uint8_t> sr(row ? mxfp8_rowwise_scale_shape(M, K).size() : 0),
-        sc(col ? mxfp8_columnwise_scale_shape(M, K).size() : 0);
-    be.quantize_mxfp8(x, t, tile_2d, mxfp8_output{qr, sr, qc, sc});
-    if (row) {
-      r.rowwise = torch::empty_like(x2d);
-      be.dequantize_mxfp8(qr, M, K, t, false, sr, out_span(r.rowwise));
-    }
-    if (col) {
-      r.columnwise = torch::empty_like(x2d);
-      be.dequantize_mxfp8(qc, M, K, t, true, sc, out_span(r.columnwise));
-    }
-  } else {
-    static_assert(std::is_same_v<Recipe, block_scaling>, "fake_quantize: no host cast for this recipe");
-    if (!row && !col) return r;
-    const bool tile_2d = operand == gemm_operand::weight;  // TE: 128x128 weight tiles, 1x128 otherwise
-    std::vector<float> sr(row ? block_scale_shape(M, K, tile_2d, false).size() : 0),
-        sc(col ? block_scale_shape(M, K, tile_2d, true).size() : 0);
-    be.quantize_block(x, t, tile_2d, params.power_2_scale, params.amax_epsilon, block_output{qr, sr, qc, sc});
-    if (row) {
-      r.rowwise = torch::empty_like(x2d);
-      be.dequantize_block(qr, M, K, t, tile_2d, false, sr, out_span(r.rowwise));
-    }
-    if (col) {
-      r.columnwise = torch::empty_like(x2d);
-      be.dequantize_block(qc, M, K, t, tile_2d, true, sc, out_span(r.columnwise));
-    }
+  quantized_tensor<host_backend> q;
+  q.prepare(be, plan, M, K, row, col);
+  be.quantize(matrix_view<const float>{x2d.data_ptr<float>(), M, K}, plan, q.output());
+  auto decode = [&](bool columnwise) {
+    torch::Tensor out = torch::empty_like(x2d);
+    be.dequantize(plan, M, K, q.output(), columnwise,
+                  std::span<float>(out.data_ptr<float>(), static_cast<std::size_t>(out.numel())));
+    return out;
+  };
+  if (!q.has_columnwise()) {  // shared directions, or only rowwise asked for
+    r.rowwise = decode(false);
+    if (col) r.columnwise = r.rowwise;
+    if (!row) r.rowwise = torch::Tensor();
+    return r;
   }
+  if (row) r.rowwise = decode(false);
+  r.columnwise = decode(true);
   return r;
 }
 
 }  // namespace detail
 
-/// Fake-quantizes a contiguous CPU float matrix [rows, cols] with `recipe`'s scaling as `plan` says.
-/// Per-tensor recipes cast with *plan.scale (delayed) or a scale from the tensor's own amax (current)
-/// and max-accumulate into plan.amax; MXFP8 and block recipes use their tiles (TE §2.3-2.4).
-template <class Recipe>
-torch::Tensor fake_quantize(const typename Recipe::params_type& params, const cast_plan& plan,
-                            const torch::Tensor& x2d, gemm_operand operand, block_axis axis) {
+/// Fake-quantizes a contiguous CPU float matrix [rows, cols] as `plan` says (the plan the manager's
+/// plan_cast() gave: per-tensor modes cast with *plan.scale or the tensor's own amax and max-accumulate
+/// into plan.amax; MXFP8 and block modes use their blocks along `axis`). No recipe is named: a recipe
+/// of your own works as soon as its plan does.
+inline torch::Tensor fake_quantize(const cast_plan& plan, const torch::Tensor& x2d, block_axis axis) {
   const bool row = axis == block_axis::rowwise;
-  auto r = detail::fake_quantize_dirs<Recipe>(params, plan, x2d, operand, row, !row);
+  auto r = detail::fake_quantize_dirs(plan, x2d, row, !row);
   return row ? std::move(r.rowwise) : std::move(r.columnwise);
 }
 
@@ -254,27 +255,28 @@ class fp8_linear : public torch::nn::Module {
 
 template <class Manager>
 struct fp8_linear_function : torch::autograd::Function<fp8_linear_function<Manager>> {
-  using recipe = typename Manager::recipe_type;
 
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w,
                                const torch::Tensor& b, Manager* mgr, std::uint32_t module, bool needs_backward) {
     const module_handle h{module};
     const backward_ticket ticket = mgr->module_forward(h, needs_backward);
-    const auto& params = mgr->params();
+    const bool fp8 = mgr->quantization_enabled();  // TE's ctx.fp8: outside an enabled region, FP32
     const torch::Tensor x2d = x.reshape({-1, x.size(-1)}).contiguous();
     const torch::Tensor w2d = w.contiguous();
-    const cast_plan px = mgr->plan_cast(mgr->slot(h, forward_role::input));
-    const cast_plan pw = mgr->plan_cast(mgr->slot(h, forward_role::weight));
     // wgrad contracts over tokens and dgrad over out_features: their casts (columnwise) block the
     // other axis; one host cast makes both directions (per-tensor recipes: the same values)
-    const auto xq = detail::fake_quantize_dirs<recipe>(params, px, x2d, gemm_operand::activation, true, needs_backward);
-    const auto wq = detail::fake_quantize_dirs<recipe>(params, pw, w2d, gemm_operand::weight, true, needs_backward);
+    detail::fake_quantized xq{x2d, x2d}, wq{w2d, w2d};
+    if (fp8) {
+      xq = detail::fake_quantize_dirs(mgr->plan_cast(mgr->slot(h, forward_role::input)), x2d, true, needs_backward);
+      wq = detail::fake_quantize_dirs(mgr->plan_cast(mgr->slot(h, forward_role::weight)), w2d, true, needs_backward);
+    }
     torch::Tensor y = b.defined() ? torch::addmm(b, xq.rowwise, wq.rowwise.t()) : xq.rowwise.matmul(wq.rowwise.t());
     if (needs_backward) {
       ctx->save_for_backward({xq.columnwise, wq.columnwise});
       ctx->saved_data["mgr"] = static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(mgr));
       ctx->saved_data["module"] = static_cast<std::int64_t>(module);
       ctx->saved_data["owner"] = ticket.owner;
+      ctx->saved_data["fp8"] = fp8;
       ctx->saved_data["has_bias"] = b.defined();
       ctx->saved_data["x_sizes"] = x.sizes();
     }
@@ -291,16 +293,17 @@ struct fp8_linear_function : torch::autograd::Function<fp8_linear_function<Manag
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor& xc = saved[0];
     const torch::Tensor& wc = saved[1];
-    const auto& params = mgr->params();
+    const bool fp8 = ctx->saved_data["fp8"].toBool();
     const torch::Tensor g2d = grads[0].reshape({-1, wc.size(0)}).contiguous();
-    const cast_plan pg = mgr->plan_cast(mgr->slot(h, backward_role::grad_output));
-    const auto gq = detail::fake_quantize_dirs<recipe>(params, pg, g2d, gemm_operand::gradient, ctx->needs_input_grad(0),
-                                                       ctx->needs_input_grad(1));
+    detail::fake_quantized gq{g2d, g2d};
+    if (fp8)
+      gq = detail::fake_quantize_dirs(mgr->plan_cast(mgr->slot(h, backward_role::grad_output)), g2d,
+                                      ctx->needs_input_grad(0), ctx->needs_input_grad(1));
     torch::Tensor dx, dw, db;
     if (ctx->needs_input_grad(0)) dx = gq.rowwise.matmul(wc).reshape(ctx->saved_data["x_sizes"].toIntVector());
     if (ctx->needs_input_grad(1)) dw = gq.columnwise.t().matmul(xc);
     if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) db = g2d.sum(0);
-    mgr->request_backward_update(ticket);
+    if (fp8) mgr->request_backward_update(ticket);  // a forward that did not quantize stages nothing
     return {dx, dw, db, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
