@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Runs the API fuzzer's harness without libFuzzer: every file of the given corpus directories, then
+// Runs a fuzzer harness without libFuzzer: every file of the given corpus directories, then
 // a fixed number of inputs from a seeded generator (a regression test for every compiler).
 #include <cstdint>
 #include <cstdio>
@@ -27,6 +27,6 @@ int main(int argc, char** argv) {
     for (auto& b : bytes) b = static_cast<std::uint8_t>(rng());
     LLVMFuzzerTestOneInput(bytes.data(), bytes.size());
   }
-  std::printf("fuzz_api: %zu corpus files and %d generated sequences passed\n", files, generated);
+  std::printf("%s: %zu corpus files and %d generated inputs passed\n", argv[0], files, generated);
   return files == 0 ? 1 : 0;
 }
