@@ -56,8 +56,8 @@ struct test_hooks {
   }
 };
 
-/// Full graph_hooks: also the task's nesting depth and a notice when a failed task drops a callback
-/// (what the shipped engine hooks provide).
+/// Full graph_hooks: also the task's nesting depth, a notice when a failed task drops a callback, and
+/// whether they point at an engine (what the shipped engine hooks provide).
 struct full_test_hooks : test_hooks {
   using test_hooks::queue_callback;
   bool queue_callback(void (*fn)(void*), void (*dropped)(void*), void* ctx) {
@@ -66,6 +66,7 @@ struct full_test_hooks : test_hooks {
   std::uint32_t task_depth() const noexcept {
     return ts == nullptr || ts->tasks.empty() ? 0u : static_cast<std::uint32_t>(ts->tasks.size() - 1);
   }
+  bool attached() const noexcept { return ts != nullptr; }
 };
 // example-end task-stack
 
