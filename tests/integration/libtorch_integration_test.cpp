@@ -7,19 +7,25 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "custom_policies/ema_current_scaling.hpp"
+#include "tequant/boundary/autocast_entry.hpp"
 #include "tequant/boundary/engine_callback.hpp"
+#include "tequant/boundary/explicit_scope.hpp"
 #include "tequant/boundary/first_module_owner.hpp"
 #include "tequant/manager.hpp"
 #include "tequant/recipe/block.hpp"
 #include "tequant/recipe/current.hpp"
 #include "tequant/recipe/delayed.hpp"
 #include "tequant/recipe/mxfp8.hpp"
+#include "tequant/format/bits.hpp"
 
 namespace {
 
@@ -786,6 +792,138 @@ TEST_CASE("fp8_linear outside an enabled autocast region runs in FP32 and stages
   CHECK(s.backward_updates == before.backward);
   CHECK_FALSE(s.pending);
   CHECK(mgr.staging_amax(mgr.slot(ls[0]->handle(), backward_role::grad_output)) == 0.0f);
+}
+
+
+// ---- issue 16 on libtorch: a failed backward, a replay outside autocast, a user's recipe ------------
+
+namespace {
+
+struct fault_run {
+  std::vector<float> losses, histories;
+  counts end{};
+  int failures = 0;
+};
+
+// 6 SGD steps of the 3-layer MLP (no dropout: plain blocks) with failing_op below the layers; the
+// backward of step `failing` raises after every fp8_linear has run its backward.
+template <class Boundary>
+fault_run train_with_fault(int failing) {
+  auto mgr = make_mgr<delayed_mgr<Boundary>>();
+  auto ls = make_layers(mgr, 3);
+  fault_run r;
+  for (int step = 0; step < 6; ++step) {
+    bool fail = step == failing;
+    torch::Tensor x = input(true, 300 + static_cast<std::uint64_t>(step));
+    for (auto& l : ls) l->zero_grad();
+    torch::Tensor loss;
+    {
+      libtorch_autocast<delayed_mgr<Boundary>> region(mgr);
+      loss = seq_all(ls, {failing_op::apply(x, &fail)})[0].pow(2).mean();
+    }
+    try {
+      if constexpr (std::is_same_v<Boundary, explicit_scope>) {
+        auto scope = mgr.backward_scope();
+        loss.backward();
+      } else {
+        loss.backward();
+      }
+    } catch (const std::exception&) {
+      ++r.failures;
+    }
+    r.losses.push_back(loss.item<float>());
+    torch::NoGradGuard no_grad;
+    for (auto& l : ls)
+      for (auto& p : l->parameters())
+        if (p.grad().defined()) p.sub_(0.5 * p.grad());
+  }
+  mgr.flush_backward_update();
+  r.end = snapshot_counts(mgr);
+  for (std::uint32_t b = 0; b < mgr.bucket_count(); ++b) {
+    const auto& st = mgr.recipe_state()[b];
+    std::vector<float> h(static_cast<std::size_t>(st.history_length()) * st.size());
+    st.export_te_history(0, st.size(), h);
+    r.histories.insert(r.histories.end(), h.begin(), h.end());
+    for (std::uint32_t j = 0; j < st.size(); ++j) r.histories.push_back(st.scale(j));
+  }
+  return r;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (tequant::detail::float_bits(a[i]) != tequant::detail::float_bits(b[i])) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("a backward that raises mid-training: the three fixed boundaries train identically, 6 updates in 6 steps") {
+  const fault_run cb = train_with_fault<hooks_boundary>(2);
+  const fault_run ac = train_with_fault<autocast_entry>(2);
+  const fault_run sc = train_with_fault<explicit_scope>(2);
+  for (const fault_run* r : {&cb, &ac, &sc}) {
+    CHECK(r->failures == 1);
+    CHECK(r->end.forward == 6);
+    CHECK(r->end.backward == 6);
+  }
+  CHECK(same_bits(cb.losses, ac.losses));
+  CHECK(same_bits(cb.losses, sc.losses));
+  CHECK(same_bits(cb.histories, ac.histories));
+  CHECK(same_bits(cb.histories, sc.histories));
+}
+
+TEST_CASE("a replay outside any enabled autocast region casts as its forward did: FP32 when recorded disabled") {
+  for (const ckpt mode : {ckpt::reentrant, ckpt::same_task, ckpt::nested, ckpt::nested_mixed}) {
+    CAPTURE(static_cast<int>(mode));
+    std::vector<torch::Tensor> grads[2];
+    float losses[2] = {0, 0};
+    for (int k = 0; k < 2; ++k) {
+      cb_mgr mgr = make_mgr<cb_mgr>();
+      mlp<cb_mgr> net(mgr);
+      torch::manual_seed(99);
+      torch::Tensor x = input(true, 5);
+      torch::Tensor loss;
+      {
+        libtorch_autocast<cb_mgr> region(mgr, /*enabled=*/false);
+        loss = net.forward(k == 0 ? ckpt::plain : mode, x).pow(2).mean();
+      }
+      loss.backward();  // the replay runs here, after the region closed
+      losses[k] = loss.item<float>();
+      grads[k].push_back(x.grad());
+      for (auto& l : net.layers) grads[k].push_back(l->weight.grad());
+      const auto s = mgr.stats();
+      CHECK(s.forward_updates == 0);
+      CHECK(s.backward_updates == 0);
+      CHECK_FALSE(s.pending);
+      CHECK(s.outstanding_snapshots == 0);
+    }
+    CHECK(losses[0] == losses[1]);
+    for (std::size_t i = 0; i < grads[0].size(); ++i) CHECK(torch::equal(grads[0][i], grads[1][i]));
+  }
+}
+
+TEST_CASE("a recipe written outside the library trains through fp8_linear and its checkpoint") {
+  using ema_mgr = quantization_manager<custom::ema_current_scaling, hooks_boundary>;
+  ema_mgr mgr(custom::ema_params{});
+  mlp<ema_mgr> net(mgr);
+  torch::manual_seed(5);
+  for (int step = 0; step < 3; ++step) {
+    const counts before = snapshot_counts(mgr);
+    torch::Tensor x = input(true, 40 + static_cast<std::uint64_t>(step));
+    torch::Tensor loss;
+    {
+      libtorch_autocast<ema_mgr> region(mgr);
+      loss = net.forward(ckpt::nested, x).pow(2).mean();
+    }
+    loss.backward();
+    check_step(mgr, before);
+    CHECK(std::isfinite(loss.item<float>()));
+  }
+  // The scales follow the recipe's moving average (no longer the initial 1).
+  const auto s = mgr.slot(net.layers[0]->handle(), forward_role::input);
+  CHECK(mgr.scale(s) != 1.0f);
+  CHECK(mgr.scale(s) > 0.0f);
 }
 
 // ---- TE's old first-module ownership on the same graphs -------------------------------------------
