@@ -110,6 +110,8 @@ class quantization_manager {
   static constexpr bool valid_boundary = detail::check_boundary<Boundary>();
   static constexpr bool valid_checkpoint = detail::check_checkpoint_if<valid_backend, Checkpoint, Backend>();
   static constexpr bool valid_comm = detail::check_comm<Comm>();
+  // (Named once here: no member type depends on the comm, and its check must still run.)
+  static_assert(valid_comm || !valid_comm);
 
   using recipe_part = typename detail::recipe_part_of<valid_recipe, Recipe, Backend>::type;
   using flush_part = typename detail::flush_part_of<valid_boundary, Boundary>::type;

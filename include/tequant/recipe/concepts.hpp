@@ -100,6 +100,44 @@ concept stateful_recipe_for =
 
 namespace detail {
 
+/// The stateful interface, one member at a time (so the error names the one that is missing).
+template <class R, class Backend>
+constexpr bool check_stateful_recipe() {
+  using S = typename R::template state_for<Backend>;
+  using P = typename R::params_type;
+#define TEQUANT_STATEFUL_REQUIREMENT(what)                                                                        \
+  "tequant: Recipe (1st argument of quantization_manager) declares state_for<Backend> (a stateful recipe) but " \
+  "is missing " what " - see recipe/concepts.hpp and docs/extending.md"
+  if constexpr (!requires(const P& p, const Backend& be) { { R::make_state(p, be) } -> std::same_as<S>; }) {
+    static_assert(dependent_false<R>, TEQUANT_STATEFUL_REQUIREMENT("`static state_for<Backend> make_state(const params_type&, const Backend&)`"));
+    return false;
+  } else if constexpr (!requires(S& st) { R::add_slot(st); }) {
+    static_assert(dependent_false<R>, TEQUANT_STATEFUL_REQUIREMENT("`static void add_slot(state_for<Backend>&)`"));
+    return false;
+  } else if constexpr (!requires(S& st) { { R::staging(st) } -> std::same_as<std::span<float>>; }) {
+    static_assert(dependent_false<R>, TEQUANT_STATEFUL_REQUIREMENT("`static std::span<float> staging(state_for<Backend>&)` (what the comm all-reduces)"));
+    return false;
+  } else if constexpr (!requires(const P& p) { { R::reduces_amax(p) } -> std::convertible_to<bool>; }) {
+    static_assert(dependent_false<R>, TEQUANT_STATEFUL_REQUIREMENT("`static bool reduces_amax(const params_type&)`"));
+    return false;
+  } else if constexpr (!requires(const P& p, S& st, slot_id slot) { { R::plan(p, st, slot) } -> std::same_as<cast_plan>; }) {
+    static_assert(dependent_false<R>, TEQUANT_STATEFUL_REQUIREMENT("`static cast_plan plan(const params_type&, state_for<Backend>&, slot_id)`"));
+    return false;
+  } else if constexpr (!requires(const P& p, direction d, bucket_range_archetype<S> range) { R::update(p, d, range); }) {
+    static_assert(dependent_false<R>, TEQUANT_STATEFUL_REQUIREMENT("`template <class Range> static void update(const params_type&, direction, Range&&)` (the step after the reduction)"));
+    return false;
+  } else if constexpr (!requires(const S& st, byte_writer& w) { R::save_state(st, w); }) {
+    static_assert(dependent_false<R>, TEQUANT_STATEFUL_REQUIREMENT("`static void save_state(const state_for<Backend>&, detail::byte_writer&)`"));
+    return false;
+  } else if constexpr (!requires(byte_reader& r, const P& p, const Backend& be) { { R::load_state(r, p, be) } -> std::same_as<S>; }) {
+    static_assert(dependent_false<R>, TEQUANT_STATEFUL_REQUIREMENT("`static state_for<Backend> load_state(detail::byte_reader&, const params_type&, const Backend&)`"));
+    return false;
+  } else {
+    return true;
+  }
+#undef TEQUANT_STATEFUL_REQUIREMENT
+}
+
 /// One `tequant:` error naming the first requirement a recipe misses (style guide P5).
 template <class R, class Backend>
 constexpr bool check_recipe() {
@@ -126,12 +164,7 @@ constexpr bool check_recipe() {
     static_assert(dependent_false<R>, TEQUANT_RECIPE_REQUIREMENT("it is missing `template <class V> static void visit_params(params_type&, V&&)` (how save/load see its params)"));
     return false;
   } else if constexpr (requires { typename R::template state_for<Backend>; }) {
-    if constexpr (!stateful_recipe_for<R, Backend>) {
-      static_assert(dependent_false<R>, TEQUANT_RECIPE_REQUIREMENT("it declares state_for<Backend> but lacks a member of the stateful interface (make_state, add_slot, staging, reduces_amax, plan(params, state, slot), update, save_state, load_state)"));
-      return false;
-    } else {
-      return true;
-    }
+    return check_stateful_recipe<R, Backend>();
   } else if constexpr (!stateless_recipe<R>) {
     static_assert(dependent_false<R>, TEQUANT_RECIPE_REQUIREMENT("it is missing `static cast_plan plan(const params_type&, slot_id)` (or, for a stateful recipe, `template <class Backend> using state_for`)"));
     return false;
