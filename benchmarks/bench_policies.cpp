@@ -36,6 +36,8 @@
 #include <utility>
 #include <vector>
 
+#include "custom_policies/ema_current_scaling.hpp"
+#include "custom_policies/every_k_backwards.hpp"
 #include "te_style_baseline.hpp"
 #include "tequant/backend/host.hpp"
 #include "tequant/backend/layouts.hpp"
@@ -160,7 +162,7 @@ const char* recipe_name() {
 template <class R>
 typename R::params_type bench_params() {
   typename R::params_type p{};
-  if constexpr (stateful<R>) p.history_length = history_length;
+  if constexpr (requires { p.history_length; }) p.history_length = history_length;
   return p;
 }
 
@@ -201,6 +203,14 @@ struct scope_b {
   using type = explicit_scope;
   static constexpr const char* name = "scope";
   static type make(bench_engine*) { return {}; }
+};
+
+/// A boundary policy written outside the library (examples/custom_policies), here flushing every
+/// logical backward (k = 1) so that its update counts compare with the shipped ones.
+struct every_k_b {
+  using type = custom::every_k_backwards;
+  static constexpr const char* name = "every_k1";
+  static type make(bench_engine*) { return type(1); }
 };
 
 constexpr const char* recompute_name(recompute c) { return c == recompute::stacked ? "stacked" : "none"; }
@@ -502,6 +512,24 @@ void add_recipe_checkpoint() {
     }
 }
 
+/// Policies written outside the library, through the same manager steps (no hand-written twins: the
+/// point is that they plug in and what they cost next to the shipped rows above).
+template <recompute C>
+void add_user_policies() {
+  using ema = custom::ema_current_scaling;
+  for (const std::uint32_t layers : {12u, 96u})
+    for (const bool kernels : {true, false}) {
+      const std::string tail = std::string("/") + recompute_name(C) + "/N" + std::to_string(layers) +
+                               (kernels ? "/kernels" : "/no_kernels");
+      constexpr bool frames = C == recompute::stacked;
+      add<manager_step<ema, engine_b, C>>(std::string("user_ema/") + engine_b::name + tail, layers, kernels, true, frames);
+      add<manager_step<ema, every_k_b, C>>(std::string("user_ema/") + every_k_b::name + tail, layers, kernels, true,
+                                           frames);
+      add<manager_step<delayed_scaling<>, every_k_b, C>>(std::string("delayed/") + every_k_b::name + tail, layers,
+                                                         kernels, true, frames);
+    }
+}
+
 template <class R>
 void add_recipe() {
   add_recipe_checkpoint<R, recompute::none>();
@@ -515,6 +543,8 @@ int main(int argc, char** argv) {
   add_recipe<current_scaling>();
   add_recipe<mxfp8_scaling>();
   add_recipe<block_scaling>();
+  add_user_policies<recompute::none>();
+  add_user_policies<recompute::stacked>();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -20,11 +21,13 @@
 
 namespace custom {
 
+// example-begin ema_params
 struct ema_params {
   tequant::fp8_format format = tequant::fp8_format::hybrid;
   float decay = 0.9f;  ///< ema = decay * ema + (1 - decay) * amax; the first amax seeds it
   bool reduce_amax = true;
 };
+// example-end ema_params
 
 /// One bucket: a scale and a staging amax per slot in the backend's memory (casts read and write them
 /// there), the moving averages on the host (only the update reads them).
@@ -73,6 +76,7 @@ class ema_bucket {
   std::uint32_t n_ = 0, cap_ = 0;
 };
 
+// example-begin ema_recipe_head
 /// The recipe: a stateful per-tensor recipe (scaling_mode::tensor_scale), so the manager reduces its
 /// staging amaxes across ranks, snapshots its scales in checkpoint frames and saves its state.
 struct ema_current_scaling {
@@ -93,7 +97,9 @@ struct ema_current_scaling {
     v("decay", p.decay);
     v("reduce_amax", p.reduce_amax);
   }
+  // example-end ema_recipe_head
 
+  // example-begin ema_recipe_state
   template <class Backend>
   static ema_bucket<Backend> make_state(const ema_params&, const Backend& backend) {
     return ema_bucket<Backend>(backend);
@@ -117,6 +123,7 @@ struct ema_current_scaling {
     c.mode = tequant::scaling_mode::tensor_scale;
     return c;
   }
+  // example-end ema_recipe_state
 
   /// The step of one slot (public so that tests can check the numerics by hand).
   static float next_ema(float ema, float amax, float decay) noexcept {
@@ -127,6 +134,7 @@ struct ema_current_scaling {
     return ema > 0.0f ? tequant::fp8_max(t) / ema : current;
   }
 
+  // example-begin ema_recipe_update
   template <class Range>
   static void update(const ema_params& p, tequant::direction d, Range&& buckets) {
     const tequant::fp8_dtype t = tequant::dtype_for(p.format, d);
@@ -143,7 +151,9 @@ struct ema_current_scaling {
       s.backend().fill(s.staging(), n, 0.0f);
     }
   }
+  // example-end ema_recipe_update
 
+  // example-begin ema_recipe_persist
   template <class Backend>
   static void save_state(const ema_bucket<Backend>& s, tequant::detail::byte_writer& w) {
     const std::uint32_t n = s.size();
@@ -177,6 +187,7 @@ struct ema_current_scaling {
   static float staging_amax(const ema_bucket<Backend>& s, std::uint32_t j) {
     return s.backend().read(s.staging() + j);
   }
+  // example-end ema_recipe_persist
 };
 
 static_assert(tequant::scaling_recipe<ema_current_scaling>);

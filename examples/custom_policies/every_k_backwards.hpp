@@ -12,6 +12,7 @@
 
 namespace custom {
 
+// example-begin every_k_backwards
 class every_k_backwards {
  public:
   using policy_kind = tequant::boundary_kind;
@@ -61,5 +62,6 @@ class every_k_backwards {
 };
 
 static_assert(tequant::boundary_strategy<every_k_backwards>);
+// example-end every_k_backwards
 
 }  // namespace custom

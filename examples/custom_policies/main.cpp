@@ -12,6 +12,7 @@
 #include "ema_current_scaling.hpp"
 #include "every_k_backwards.hpp"
 
+// example-begin custom_make_boundary
 namespace quickstart {
 // How the trainer builds this boundary (its default builds Boundary{}).
 template <>
@@ -19,6 +20,7 @@ custom::every_k_backwards make_boundary<custom::every_k_backwards>(engine&) {
   return custom::every_k_backwards(2);
 }
 }  // namespace quickstart
+// example-end custom_make_boundary
 
 namespace {
 
@@ -39,8 +41,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: custom_policies [steps >= 2]\n");
     return 2;
   }
+  // example-begin custom_train
   using run = quickstart::run_result (*)(const quickstart::options&, bool);
   const run train = &quickstart::train<custom::ema_current_scaling, custom::every_k_backwards, tequant::stacked_recompute>;
+  // example-end custom_train
   std::printf("custom policies: recipe %s, boundary every_k_backwards(2), stacked_recompute, %d steps\n",
               std::string(custom::ema_current_scaling::name).c_str(), o.steps);
   const quickstart::run_result fp32 = train(o, false), fp8 = train(o, true);

@@ -172,12 +172,10 @@ class adam {
   int t_ = 0;
 };
 
+/// The recipe's knobs for this example: its defaults, unless a train_*.cpp specializes this.
 template <class Recipe>
 typename Recipe::params_type recipe_params() {
-  typename Recipe::params_type p{};
-  if constexpr (std::is_same_v<typename Recipe::params_type, tequant::delayed_params>)
-    p.history_length = 16;  // short window so the plot shows scales following the amaxes (TE: 1024)
-  return p;
+  return typename Recipe::params_type{};
 }
 
 template <class Boundary>

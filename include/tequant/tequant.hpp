@@ -24,6 +24,8 @@
 #include "tequant/checkpoint/stacked_recompute.hpp"
 
 #include "tequant/backend/host.hpp"
+#include "tequant/cast_plan.hpp"
+#include "tequant/quantized_tensor.hpp"
 #include "tequant/comm/single_process.hpp"
 
 #include "tequant/manager.hpp"
