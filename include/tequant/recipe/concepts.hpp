@@ -144,7 +144,7 @@ constexpr bool check_recipe() {
 #define TEQUANT_RECIPE_REQUIREMENT(what)                                                                          \
   "tequant: Recipe (1st argument of quantization_manager) must model tequant::scaling_recipe: " what             \
   " - see recipe/concepts.hpp and docs/extending.md"
-  if constexpr (!requires { typename R::policy_kind; } || !std::derived_from<typename R::policy_kind, recipe_kind>) {
+  if constexpr (!opts_in_as<R, recipe_kind>) {
     static_assert(dependent_false<R>, TEQUANT_RECIPE_REQUIREMENT("it does not declare `using policy_kind = tequant::recipe_kind;`"));
     return false;
   } else if constexpr (!std::is_empty_v<R>) {
