@@ -39,8 +39,9 @@ struct manager_access;
 /// After a failed policy check, parts built on that policy become this, so that the user sees one
 /// `tequant:` static_assert per wrong policy and not a cascade (style guide P5).
 struct invalid_part {
-  template <class... A>
-  constexpr explicit invalid_part(A&&...) noexcept {}
+  constexpr invalid_part() noexcept = default;
+  template <class A, class... More>
+  constexpr explicit invalid_part(A&&, More&&...) noexcept {}
 };
 
 template <bool Valid, class R, class B>
@@ -146,11 +147,11 @@ class quantization_manager {
 
   /// Validates `params` (the recipe's rule) and, for hooks that can tell, that they reach an engine.
   explicit quantization_manager(params_type params = {}, Boundary boundary = {}, Comm comm = {}, Backend backend = {})
-      : recipe_((Recipe::validate(params), std::move(params))),
+      : recipe_(validated(std::move(params))),
         flush_(std::move(boundary), &run_backward_update_thunk, this),
         comm_(std::move(comm)),
         backend_(std::move(backend)) {
-    flush_.check_attached();
+    if constexpr (valid_boundary) flush_.check_attached();
   }
   // Callbacks queued on the engine and frames point at the manager: it stays where it was built.
   quantization_manager(const quantization_manager&) = delete;
@@ -294,9 +295,10 @@ class quantization_manager {
   frame_guard checkpoint_forward(checkpoint_frame& frame, bool inputs_need_grad = true) {
     static_assert(recompute_stack<stack_part>,
                   "tequant: checkpoint_forward() needs a Checkpoint policy that supports recompute "
-                  "(stacked_recompute); this manager's Checkpoint (3rd argument of quantization_manager) is "
-                  "no_recompute");
-    frames_.open_forward(frame, grad_enabled() && inputs_need_grad, enabled_, this);
+                  "(stacked_recompute); this manager's Checkpoint (3rd argument of quantization_manager) has "
+                  "no frame stack (no_recompute)");
+    if constexpr (recompute_stack<stack_part>)
+      frames_.open_forward(frame, grad_enabled() && inputs_need_grad, enabled_, this);
     return frame_guard(this, &frame, enabled_);
   }
 
@@ -306,17 +308,21 @@ class quantization_manager {
   frame_guard checkpoint_replay(checkpoint_frame& frame) {
     static_assert(recompute_stack<stack_part>,
                   "tequant: checkpoint_replay() needs a Checkpoint policy that supports recompute "
-                  "(stacked_recompute); this manager's Checkpoint (3rd argument of quantization_manager) is "
-                  "no_recompute");
-    if constexpr (is_stateful) {
-      if constexpr (requires { frames_.require_replayable(frame, this); })
-        frames_.require_replayable(frame, this);  // a refused replay queues nothing
-      flush_.replay_enter();
+                  "(stacked_recompute); this manager's Checkpoint (3rd argument of quantization_manager) has "
+                  "no frame stack (no_recompute)");
+    if constexpr (recompute_stack<stack_part>) {
+      if constexpr (is_stateful) {
+        if constexpr (requires { frames_.require_replayable(frame, this); })
+          frames_.require_replayable(frame, this);  // a refused replay queues nothing
+        flush_.replay_enter();
+      }
+      const bool recorded = frames_.open_replay(frame, this);
+      frame_guard g(this, &frame, enabled_);
+      enabled_ = recorded;
+      return g;
+    } else {
+      return frame_guard(this, &frame, enabled_);
     }
-    const bool recorded = frames_.open_replay(frame, this);
-    frame_guard g(this, &frame, enabled_);
-    enabled_ = recorded;
-    return g;
   }
 
   // ---- state ---------------------------------------------------------------------------------------
@@ -377,6 +383,12 @@ class quantization_manager {
   void exit_frame(checkpoint_frame& frame, bool prev_enabled, bool unwinding) noexcept {
     if constexpr (recompute_stack<stack_part>) frames_.close(frame, unwinding);
     enabled_ = prev_enabled;
+  }
+
+  // (A part that failed its check has reported already: nothing more is asked of it.)
+  static params_type validated(params_type p) {
+    if constexpr (valid_recipe) Recipe::validate(p);
+    return p;
   }
 
   // What flush_control runs when it flushes: the recipe's reduce-and-update of the backward buckets.

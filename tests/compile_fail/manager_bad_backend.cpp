@@ -8,7 +8,10 @@
 #include "tequant/recipe/delayed.hpp"
 
 int main() {
-  return static_cast<int>(sizeof(tequant::quantization_manager<tequant::delayed_scaling<>, tequant::autocast_entry,
+  using manager = tequant::quantization_manager<tequant::delayed_scaling<>, tequant::autocast_entry,
                                                                tequant::stacked_recompute, tequant::single_process,
-                                                               tequant::single_process>));
+                                                               tequant::single_process>;
+  manager m;  // an object, not only the type: no second error from the constructor either
+  (void)m;
+  return 0;
 }

@@ -10,4 +10,7 @@
 struct not_a_recipe {
   struct params_type {};
 };
-int main() { return static_cast<int>(sizeof(tequant::quantization_manager<not_a_recipe, tequant::autocast_entry>)); }
+int main() { using manager = tequant::quantization_manager<not_a_recipe, tequant::autocast_entry>;
+  manager m;  // an object, not only the type: no second error from the constructor either
+  (void)m;
+  return 0; }

@@ -107,8 +107,7 @@ namespace detail {
 /// One `tequant:` error naming the first requirement a boundary policy misses (style guide P5).
 template <class B>
 constexpr bool check_boundary() {
-  if constexpr (!requires { typename B::policy_kind; } ||
-                !std::derived_from<typename B::policy_kind, boundary_kind>) {
+  if constexpr (!opts_in_as<B, boundary_kind>) {
     static_assert(dependent_false<B>,
                   "tequant: Boundary (2nd argument of quantization_manager) must model tequant::boundary_strategy: "
                   "it does not declare `using policy_kind = tequant::boundary_kind;` - see boundary/concepts.hpp");

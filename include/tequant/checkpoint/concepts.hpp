@@ -62,8 +62,7 @@ namespace detail {
 /// One `tequant:` error naming the first requirement a checkpoint policy misses (style guide P5).
 template <class C, class B>
 constexpr bool check_checkpoint() {
-  if constexpr (!requires { typename C::policy_kind; } ||
-                !std::derived_from<typename C::policy_kind, checkpoint_kind>) {
+  if constexpr (!opts_in_as<C, checkpoint_kind>) {
     static_assert(dependent_false<C>,
                   "tequant: Checkpoint (3rd argument of quantization_manager) must model tequant::checkpoint_policy "
                   "(stacked_recompute, no_recompute): it does not declare `using policy_kind = "
