@@ -31,7 +31,7 @@ ctest --preset ci -j "$jobs" --timeout 900
 
 # Sanitizers (clang 14, host backend only: libtorch, MPI and CUDA are not sanitizer-built): ASan+UBSan
 # on the host suite and the fuzzers, TSan on the "concurrency" tests (test name = target).
-san=(-DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTEQUANT_ENABLE_CUDA=OFF -DTEQUANT_ENABLE_MPI=OFF
+san=(-DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTEQUANT_WERROR=ON -DTEQUANT_ENABLE_CUDA=OFF -DTEQUANT_ENABLE_MPI=OFF
      -DTEQUANT_ENABLE_LIBTORCH=OFF -DTEQUANT_BUILD_EXAMPLES=OFF -DTEQUANT_BUILD_BENCHMARKS=OFF)
 stage "asan+ubsan build"
 cmake -S . -B build/asan "${san[@]}" -DTEQUANT_BUILD_FUZZERS=ON \

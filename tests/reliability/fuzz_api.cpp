@@ -222,7 +222,9 @@ struct harness {
     const int modules = 1 + layout % 3;
     for (int i = 0; i < modules; ++i) {
       const std::uint32_t gemms = 1 + ((layout >> (2 + i)) & 1);
-      const auto h = m.register_module("m" + std::to_string(i), gemms, {static_cast<std::uint32_t>((layout >> 5) & i & 1), 0});
+      // (Fixed names: "m" + std::to_string(i) trips g++ 12's -Wrestrict false positive at -O3.)
+      static constexpr const char* names[] = {"m0", "m1", "m2"};
+      const auto h = m.register_module(names[i], gemms, {static_cast<std::uint32_t>((layout >> 5) & i & 1), 0});
       for (std::uint32_t g = 0; g < gemms; ++g) {
         for (auto r : {tequant::forward_role::input, tequant::forward_role::weight, tequant::forward_role::output})
           fwd.push_back(m.slot(h, r, g));
