@@ -379,7 +379,11 @@ class quantization_manager {
     }
   }
   void restore_grad_mode(bool prev) noexcept { grad_ = prev; }
-  void exit_scope(bool unwinding) { flush_.scope_exit(unwinding); }
+  void exit_scope(bool unwinding) {
+    flush_.scope_exit(unwinding);
+    // Deferred work of a logical backward that raised must not leak into the next one.
+    if (unwinding && flush_.scope_depth() == 0) deferred_.clear();
+  }
   void exit_frame(checkpoint_frame& frame, bool prev_enabled, bool unwinding) noexcept {
     if constexpr (recompute_stack<stack_part>) frames_.close(frame, unwinding);
     enabled_ = prev_enabled;

@@ -26,10 +26,13 @@ using callback_boundary = tequant::engine_callback<full_test_hooks>;
 
 template <class Boundary>
 Boundary make_boundary(task_stack& ts) {
-  if constexpr (std::is_same_v<Boundary, callback_boundary>)
-    return Boundary{full_test_hooks{{&ts}}};
-  else
+  if constexpr (requires { typename Boundary::hooks_type; }) {  // engine_callback with any test hooks
+    typename Boundary::hooks_type h{};
+    h.ts = &ts;
+    return Boundary{h};
+  } else {
     return Boundary{};
+  }
 }
 
 inline tequant::delayed_params small_params() {
