@@ -2,7 +2,7 @@
 // How a recipe's params fields (what its visit_params shows) are written, read, compared and printed.
 #pragma once
 #include <cstdint>
-#include <sstream>
+#include <cstdio>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -42,10 +42,13 @@ inline std::string param_to_string(fp8_format f) { return to_string(f); }
 inline std::string param_to_string(bool b) { return b ? "true" : "false"; }
 template <class T>
 std::string param_to_string(T v) {
-  std::ostringstream os;
-  os.precision(9);  // enough digits to tell any two floats apart
-  os << v;
-  return os.str();
+  if constexpr (std::is_floating_point_v<T>) {
+    char buf[32];
+    const int n = std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v));  // tells any two floats apart
+    return std::string(buf, n > 0 ? static_cast<std::size_t>(n) : 0u);
+  } else {
+    return std::to_string(v);
+  }
 }
 
 /// "field is X in the file, Y in this manager" for the first field that differs, or "".
