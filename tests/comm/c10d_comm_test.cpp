@@ -4,6 +4,7 @@
 #include "tequant/integration/c10d_comm.hpp"
 
 #include <doctest/doctest.h>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <chrono>
 #include <cmath>
@@ -180,3 +181,36 @@ TEST_CASE("c10d_comm: a rank that never enters the collective: the others fail w
 // Ranks entering one allreduce with different sizes are not tested here: Gloo's TCP pair enforces the
 // message length in its I/O thread, and the process aborts (std::terminate). The layout check catches
 // that mismatch before any allreduce (c10d_manager_test.cpp).
+
+TEST_CASE("c10d_comm over a TCPStore rendezvous (torchrun-style, as docs/distributed.md shows)") {
+  // Rank 0 hosts the store on a free port and publishes it through the test's FileStore.
+  const int r = world_rank(), p = world_size();
+  c10d::TCPStoreOptions so;
+  so.port = 0;
+  so.isServer = r == 0;
+  so.numWorkers = static_cast<std::size_t>(p);
+  so.timeout = std::chrono::seconds(20);
+  c10::intrusive_ptr<c10d::TCPStore> store;
+  static int round = 0;
+  const std::string key = "tcp_port" + std::to_string(round++);
+  if (r == 0) {
+    so.waitWorkers = false;  // the others learn the port only after the server exists
+    store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+    const std::string port = std::to_string(store->getPort());
+    tequant_test::file_store()->set(key, std::vector<std::uint8_t>(port.begin(), port.end()));
+  } else {
+    const auto port = tequant_test::file_store()->get(key);
+    so.port = static_cast<std::uint16_t>(std::stoi(std::string(port.begin(), port.end())));
+    store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+  }
+  auto options = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(10));
+  options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, r, p, options);
+  pg->barrier()->wait();
+  tequant::c10d_comm comm(pg);
+  std::vector<float> v{static_cast<float>(r), -static_cast<float>(r)};
+  comm.all_reduce_max(v.data(), v.size(), 0);
+  CHECK(v[0] == static_cast<float>(p - 1));
+  CHECK(bits(v[1]) == bits(-0.0f));  // max(-0, -1, ...) is rank 0's -0
+  pg->barrier()->wait();            // the server (rank 0) outlives every client's last request
+}

@@ -12,6 +12,10 @@
 // tequant::error. A Gloo context is unusable after a failed collective (its peers may be mid-message),
 // so the comm then refuses every later collective until the application rebuilds the process groups
 // and the comm.
+//
+// Ranks that enter one allreduce with different lengths are not an error Gloo can report: its TCP
+// pair enforces message lengths in its I/O thread and the process aborts. The layout check
+// (comm_options::check_layout) catches that mismatch on every rank before any allreduce.
 #pragma once
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
