@@ -153,7 +153,7 @@ TEST_CASE("c10d_comm: the layout check's exchange (64-bit MAX) and its verdict o
 
 TEST_CASE("c10d_comm: a rank that never enters the collective: the others fail within the group's time-out") {
   const bool last = world_rank() == world_size() - 1;
-  tequant::c10d_comm comm(make_world_group(std::chrono::seconds(2)));
+  tequant::c10d_comm comm(make_world_group(std::chrono::seconds(3)));
   std::string msg;
   float x = 3.0f;
   const double s = seconds_of([&] {

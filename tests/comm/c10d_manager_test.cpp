@@ -325,7 +325,7 @@ TEST_CASE("a module in a group the communicator does not have is rejected at reg
 TEST_CASE("a rank that dies mid-step: the others' flush fails within the time-out, the update stays pending") {
   const bool last = world_rank() == world_size() - 1;
   manager<tequant::explicit_scope, tequant::c10d_comm> m(
-      params(), {}, tequant::c10d_comm(make_world_group(std::chrono::seconds(2))));
+      params(), {}, tequant::c10d_comm(make_world_group(std::chrono::seconds(3))));
   const model md = build(m, {{0, 0}, {0, 0}, {0, 0}});
   const int me = world_rank();
   step(m, md, 0, {}, [&](direction, std::uint32_t) { return std::vector<int>{me}; });  // a healthy step
