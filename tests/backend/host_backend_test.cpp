@@ -21,6 +21,12 @@ TEST_CASE_TEMPLATE("host MXFP8 quantize [" TEQUANT_TEST_VARIANT "]", T, float, t
   backend_suite::check_mxfp8<T>(b);
 }
 
+TEST_CASE_TEMPLATE("host MXFP8: zero-code and inf blocks encode as TransformerEngine [" TEQUANT_TEST_VARIANT "]", T, float,
+                   tequant::bf16, tequant::fp16) {
+  tequant::host_backend b;
+  backend_suite::check_mxfp8_te_edges<T>(b);
+}
+
 TEST_CASE_TEMPLATE("host FP8 block quantize [" TEQUANT_TEST_VARIANT "]", T, float, tequant::bf16, tequant::fp16) {
   tequant::host_backend b;
   backend_suite::check_block<T>(b);

@@ -103,7 +103,7 @@ inline std::uint8_t mxfp8_code(std::uint32_t key) noexcept {
 template <fp8_dtype D, class T>
 inline std::uint8_t mxfp8_block_scalar(const T* src, std::uint8_t* dst) noexcept {
   const std::uint8_t e = mxfp8_code<D>(amax_bits_scalar(src, 32));
-  scale_encode_scalar<D>(src, 32, e8m0_multiplier(e), dst, false);
+  scale_encode_scalar<D>(src, 32, e8m0_cast_multiplier(e), dst, false);
   return e;
 }
 
@@ -129,7 +129,7 @@ inline void mxfp8_columnwise_scalar(const T* x, std::size_t K, std::uint8_t* dat
     for (std::size_t c = 0; c < 32; ++c) {
       const std::uint8_t e = mxfp8_code<D>(colmax[c]);
       scale[c0 + c] = e;
-      mult[c] = e8m0_multiplier(e);
+      mult[c] = e8m0_cast_multiplier(e);
     }
     for (std::size_t r = 0; r < 32; ++r) scale_encode_each_scalar<D>(x + r * K + c0, 32, mult, data + r * K + c0);
   }
@@ -354,10 +354,10 @@ TEQUANT_TARGET_AVX2 inline __m256i e8m0_codes8(__m256i amax_bits) noexcept {
   return _mm256_min_epi32(_mm256_sub_epi32(e, up), _mm256_set1_epi32(0xFE));  // inf and overflow -> 254
 }
 
-/// e8m0_multiplier for 8 codes in [0, 254].
+/// e8m0_cast_multiplier for 8 codes in [0, 254]: (254 - e) << 23 is already 0 for code 254; code 0 -> 1.
 TEQUANT_TARGET_AVX2 inline __m256 e8m0_multipliers8(__m256i e) noexcept {
   const __m256i m = _mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(254), e), 23);
-  return _mm256_castsi256_ps(_mm256_blendv_epi8(m, _mm256_set1_epi32(0x00400000), _mm256_cmpeq_epi32(e, _mm256_set1_epi32(0xFE))));
+  return _mm256_castsi256_ps(_mm256_blendv_epi8(m, _mm256_set1_epi32(0x3F800000), _mm256_cmpeq_epi32(e, _mm256_setzero_si256())));
 }
 
 /// Eight int32 values in [0, 255] -> eight bytes.
@@ -394,7 +394,7 @@ TEQUANT_TARGET_AVX2 inline void mxfp8_rowwise(const T* x, std::size_t M, std::si
     for (; kb < KB; ++kb) {
       const std::uint8_t e = mxfp8_code<D>(hmax_epi32(keys32(src + kb * 32)));
       sc[kb] = e;
-      encode32<D>(src + kb * 32, _mm256_set1_ps(e8m0_multiplier(e)), dst + kb * 32);
+      encode32<D>(src + kb * 32, _mm256_set1_ps(e8m0_cast_multiplier(e)), dst + kb * 32);
     }
   }
 }
