@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// tequant's O(slots) delayed update (ring + monotonic deque) beside the roll-based re-implementation
-// of TE's fused update (O(slots * L)). Each iteration refills the staging amaxes (as casts + the
-// all-reduce would) and runs one update; both sides do the same refill.
+// tequant's O(slots) delayed update (ring scan or monotonic deque) beside the roll-based
+// re-implementation of TE's fused update (O(slots * L)) and beside a floor: a hand-written loop doing
+// only the per-slot work no update can avoid. Each iteration refills the staging amaxes (as casts +
+// the all-reduce would) and runs one update; every row does the same refill. Real time throughout.
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -26,6 +27,36 @@ std::vector<float> amax_stream(std::size_t n) {
   return v;
 }
 
+// The unavoidable per-slot work: read and clear the staged amax, write it into the history ring,
+// compute scale and scale_inv from a given max (here the staged amax itself; no window is read).
+void bm_floor(benchmark::State& st) {
+  const auto n = static_cast<std::uint32_t>(st.range(0)), L = static_cast<std::uint32_t>(st.range(1));
+  std::vector<float> staging(n), scale(n, 1.0f), scale_inv(n, 1.0f), ring(std::size_t{n} * L);
+  std::vector<std::uint32_t> head(n);
+  const auto src = amax_stream(n);
+  const float scaled_max = 448.0f;
+  std::size_t r = 0;
+  for (auto _ : st) {
+    std::memcpy(staging.data(), src.data() + r * n, n * sizeof(float));
+    for (std::uint32_t j = 0; j < n; ++j) {
+      const float c = staging[j];
+      staging[j] = 0.0f;
+      const std::uint32_t h = head[j];
+      ring[std::size_t{j} * L + h] = c;
+      head[j] = h + 1 == L ? 0 : h + 1;
+      const float s = c > 0.0f ? scaled_max / c : scale[j];
+      scale[j] = s;
+      scale_inv[j] = 1.0f / s;
+    }
+    benchmark::DoNotOptimize(scale.data());
+    benchmark::DoNotOptimize(scale_inv.data());
+    benchmark::ClobberMemory();
+    r = r + 1 == rounds ? 0 : r + 1;
+  }
+  st.SetItemsProcessed(static_cast<std::int64_t>(st.iterations() * n));
+}
+
+template <class Algo>
 void bm_tequant(benchmark::State& st) {
   const auto n = static_cast<std::uint32_t>(st.range(0)), L = static_cast<std::uint32_t>(st.range(1));
   tequant::delayed_bucket<tequant::host_backend> b(L);
@@ -35,12 +66,12 @@ void bm_tequant(benchmark::State& st) {
   // Warm up past one full window so deques and rings are in their steady state.
   for (std::uint32_t s = 0; s < L + 8; ++s) {
     std::memcpy(b.staging().data(), src.data() + (s % rounds) * n, n * sizeof(float));
-    b.update(tequant::window_max{}, args);
+    b.update(Algo{}, args);
   }
   std::size_t r = 0;
   for (auto _ : st) {
     std::memcpy(b.staging().data(), src.data() + r * n, n * sizeof(float));
-    b.update(tequant::window_max{}, args);
+    b.update(Algo{}, args);
     benchmark::DoNotOptimize(b.scale_data());
     r = r + 1 == rounds ? 0 : r + 1;
   }
@@ -63,9 +94,16 @@ void bm_te_roll(benchmark::State& st) {
 
 }  // namespace
 
-BENCHMARK(bm_tequant)->Name("delayed_update/tequant")->ArgNames({"slots", "L"})
-    ->Args({1000, 16})->Args({1000, 1024})->Args({10000, 16})->Args({10000, 1024})->Unit(benchmark::kMicrosecond);
-BENCHMARK(bm_te_roll)->Name("delayed_update/te_roll")->ArgNames({"slots", "L"})
-    ->Args({1000, 16})->Args({1000, 1024})->Args({10000, 16})->Args({10000, 1024})->Unit(benchmark::kMicrosecond);
+namespace {
+void delayed_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"slots", "L"})->Args({1000, 16})->Args({1000, 1024})->Args({10000, 16})->Args({10000, 1024});
+  b->Unit(benchmark::kMicrosecond)->UseRealTime();
+}
+}  // namespace
+
+BENCHMARK(bm_floor)->Name("delayed_update/floor")->Apply(delayed_args);
+BENCHMARK(bm_tequant<tequant::window_max>)->Name("delayed_update/tequant")->Apply(delayed_args);
+BENCHMARK(bm_tequant<tequant::most_recent>)->Name("delayed_update/most_recent")->Apply(delayed_args);
+BENCHMARK(bm_te_roll)->Name("delayed_update/te_roll")->Apply(delayed_args);
 
 BENCHMARK_MAIN();

@@ -17,6 +17,7 @@
 
 #include "backend/scalar_reference.hpp"
 #include "tequant/backend/layouts.hpp"
+#include "tequant/format/e8m0.hpp"
 #include "tequant/format/fp8.hpp"
 #include "tequant/format/half.hpp"
 
@@ -174,6 +175,69 @@ void check_mxfp8(Backend& b, unsigned seed = 2) {
       }
     CAPTURE(bad);
     CHECK(ok);
+  }
+}
+
+/// The two MXFP8 edge cases where TransformerEngine's kernels are not the exact arithmetic, written
+/// out as bytes: a block whose E8M0 code is 0 is multiplied by 1 (TE's reciprocal helper), not 2^127,
+/// so {1e-36, 5e-37, 0, ...} flushes to 0x00 0x00; a block holding an inf gets code 254 and TE's
+/// flush-to-zero 2^-127 = 0, so the inf becomes NaN (0x7F, either sign) and its neighbours +-0.
+/// Rowwise, columnwise (the block laid along the column) and 32x32 tiles, both element types.
+template <class T, class Backend>
+void check_mxfp8_te_edges(Backend& b) {
+  constexpr std::size_t M = 32, K = 64;
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const tequant::fp8_dtype d : {tequant::fp8_dtype::e4m3, tequant::fp8_dtype::e5m2}) {
+    for (const bool tile_2d : {false, true}) {
+      CAPTURE(tequant::to_string(d));
+      CAPTURE(tile_2d);
+      // Column block 0 (columns 0..31): tiny values, placed so that row 0 and column 0 both hold
+      // {1e-36, 5e-37, 0, ...}. Column block 1 (32..63): inf at (0, 32), 1 beside and below it, -inf
+      // at (1, 33), -1 at (2, 34).
+      std::vector<float> v(M * K, 0.0f);
+      v[0] = 1e-36f;
+      v[1] = 5e-37f;
+      v[K] = 5e-37f;
+      v[32] = inf;
+      v[33] = 1.0f;
+      v[K + 32] = 1.0f;
+      v[K + 33] = -inf;
+      v[2 * K + 34] = -1.0f;
+      std::vector<T> xs(M * K);
+      for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = from_float<T>(v[i]);
+      const auto rs = tequant::mxfp8_rowwise_scale_shape(M, K), cs = tequant::mxfp8_columnwise_scale_shape(M, K);
+      auto x = upload(b, xs);
+      auto rd = b.template make_buffer<std::uint8_t>(M * K), cd = b.template make_buffer<std::uint8_t>(M * K);
+      auto rsc = b.template make_buffer<std::uint8_t>(rs.size()), csc = b.template make_buffer<std::uint8_t>(cs.size());
+      b.quantize_mxfp8(tequant::matrix_view<const T>{x.data(), M, K}, d, tile_2d,
+                       tequant::mxfp8_output{{rd.data(), M * K}, {rsc.data(), rs.size()}, {cd.data(), M * K}, {csc.data(), cs.size()}});
+      const auto qr = download<Backend, std::uint8_t>(b, rd, M * K), qc = download<Backend, std::uint8_t>(b, cd, M * K);
+      const auto er = download<Backend, std::uint8_t>(b, rsc, rs.size()), ec = download<Backend, std::uint8_t>(b, csc, cs.size());
+      for (const auto* q : {&qr, &qc}) {
+        const auto& o = *q;
+        CHECK(o[0] == 0x00);  // 1e-36 * 1 (the old 2^127 multiplier gave 0x73 in E4M3)
+        CHECK(o[1] == 0x00);  // 5e-37 (0x6b)
+        CHECK(o[K] == 0x00);
+        CHECK(o[32] == 0x7F);       // inf * 0 = NaN (the old 2^-127 gave 0x7E, saturated)
+        CHECK(o[K + 33] == 0x7F);   // -inf: NaN, sign dropped
+        CHECK(o[33] == 0x00);       // 1 * 0
+        CHECK(o[K + 32] == 0x00);
+      }
+      CHECK(er[0] == 0);
+      CHECK(er[1] == 254);
+      CHECK(ec[0] == 0);
+      CHECK(ec[32] == 254);
+      CHECK(ec[33] == 254);
+      if (tile_2d) {
+        CHECK(qr[2 * K + 34] == 0x80);  // -1 shares the inf's tile: -1 * 0 = -0
+        CHECK(qc[2 * K + 34] == 0x80);
+      } else {
+        CHECK(er[rs.cols + 1] == 254);  // row 1's second block holds -inf
+        CHECK(er[2 * rs.cols + 1] == tequant::encode_e8m0(1.0f / tequant::fp8_max(d)));  // -1 alone: ordinary
+        CHECK(ec[34] == tequant::encode_e8m0(1.0f / tequant::fp8_max(d)));
+        CHECK(qc[2 * K + 34] != 0x80);
+      }
+    }
   }
 }
 

@@ -89,7 +89,13 @@ inline std::uint8_t e8m0(float v) {
   const int c = (f == 0.5 ? ex - 1 : ex) + 127;
   return static_cast<std::uint8_t>(std::clamp(c, 0, 254));
 }
-inline float e8m0_mult(std::uint8_t e) { return std::ldexp(1.0f, 127 - static_cast<int>(e)); }
+/// What TransformerEngine's MXFP8 kernels multiply by: exp2f_rcp(e) = e == 0 ? 1 : exp2f(127 - e),
+/// with denormal results flushed to zero (code 254: 2^-127 -> 0).
+inline float e8m0_mult(std::uint8_t e) {
+  if (e == 0) return 1.0f;
+  const float m = std::ldexp(1.0f, 127 - static_cast<int>(e));
+  return std::fpclassify(m) == FP_SUBNORMAL ? 0.0f : m;
+}
 
 template <class T>
 float input_max() {

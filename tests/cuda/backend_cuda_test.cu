@@ -60,6 +60,13 @@ DEVICE_CASE_TEMPLATE("MXFP8 quantize matches the reference", T, float, tequant::
   backend_suite::check_mxfp8<T>(b);
 }
 
+DEVICE_CASE_TEMPLATE("MXFP8 zero-code and inf blocks encode as TransformerEngine (bytes as the host)", T, float,
+                     tequant::bf16, tequant::fp16) {
+  test_stream s;
+  tequant::cuda_backend b{s.s};
+  backend_suite::check_mxfp8_te_edges<T>(b);
+}
+
 DEVICE_CASE_TEMPLATE("FP8 block quantize matches the reference", T, float, tequant::bf16, tequant::fp16) {
   test_stream s;
   tequant::cuda_backend b{s.s};

@@ -78,7 +78,7 @@ __global__ void sweep_kernel(std::uint64_t begin, std::uint64_t count, sweep_res
 struct formula_out {
   std::uint8_t e4m3, e5m2, e8m0;
   std::uint16_t bf16, fp16;
-  float scale, scale_pow2, e8m0_mult;
+  float scale, scale_pow2, e8m0_mult, e8m0_cast;
 };
 
 __global__ void formulas_kernel(const std::uint32_t* in, std::size_t n, formula_out* out) {
@@ -89,7 +89,7 @@ __global__ void formulas_kernel(const std::uint32_t* in, std::size_t n, formula_
     out[i] = {tequant::encode_e4m3(x), tequant::encode_e5m2(x), e,
               tequant::to_bf16(x).bits, tequant::to_fp16(x).bits,
               tequant::scale_from_amax(x, 448.0f), tequant::scale_from_amax(x, 57344.0f, true, 1e-12f),
-              tequant::e8m0_multiplier(e)};
+              tequant::e8m0_multiplier(e), tequant::e8m0_cast_multiplier(e)};
   }
 }
 
@@ -162,11 +162,12 @@ TEST_CASE("device: formulas equal the host formulas on a dense sample and the ed
     const formula_out want{tequant::encode_e4m3(x), tequant::encode_e5m2(x), e,
                            tequant::to_bf16(x).bits, tequant::to_fp16(x).bits,
                            tequant::scale_from_amax(x, 448.0f), tequant::scale_from_amax(x, 57344.0f, true, 1e-12f),
-                           tequant::e8m0_multiplier(e)};
+                           tequant::e8m0_multiplier(e), tequant::e8m0_cast_multiplier(e)};
     const formula_out& got = out[i];
     const bool same = got.e4m3 == want.e4m3 && got.e5m2 == want.e5m2 && got.e8m0 == want.e8m0 &&
                       got.bf16 == want.bf16 && got.fp16 == want.fp16 && bits(got.scale) == bits(want.scale) &&
-                      bits(got.scale_pow2) == bits(want.scale_pow2) && bits(got.e8m0_mult) == bits(want.e8m0_mult);
+                      bits(got.scale_pow2) == bits(want.scale_pow2) && bits(got.e8m0_mult) == bits(want.e8m0_mult) &&
+                      bits(got.e8m0_cast) == bits(want.e8m0_cast);
     if (!same) {
       ++bad;
       INFO("input bits ", in[i]);

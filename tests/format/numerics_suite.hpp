@@ -133,6 +133,12 @@ inline void check_e8m0() {
     CHECK(tequant::encode_e8m0(tequant::decode_e8m0(code)) == code);
   }
   CHECK(is_nan_bits(tequant::e8m0_multiplier(255)));
+  // The cast's multiplier is TransformerEngine's: 1 for code 0, 0 (flushed 2^-127) for 254, else exact.
+  CHECK(tequant::e8m0_cast_multiplier(0) == 1.0f);
+  CHECK(tequant::detail::float_bits(tequant::e8m0_cast_multiplier(254)) == 0u);
+  for (int e = 1; e < 254; ++e)
+    CHECK(tequant::e8m0_cast_multiplier(static_cast<std::uint8_t>(e)) == tequant::e8m0_multiplier(static_cast<std::uint8_t>(e)));
+  CHECK(is_nan_bits(tequant::e8m0_cast_multiplier(255)));
 }
 
 }  // namespace numerics_suite

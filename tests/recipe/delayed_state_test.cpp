@@ -76,10 +76,46 @@ void run_against_roll(std::uint32_t L, int margin, te_roll::algo ref_algo, unsig
   }
 }
 
+// One bucket updated by most_recent and max in turn: most_recent and short windows leave the deque
+// stale on the host; a long-window max update rebuilds it from the ring, and must then act as if it
+// had been kept all along.
+void run_mixed_against_roll(std::uint32_t L, unsigned seed, std::uint32_t steps) {
+  const std::uint32_t n = 5;
+  bucket b(L);
+  for (std::uint32_t j = 0; j < n; ++j) b.add_slot();
+  te_roll::state ref(n, L);
+  amax_source src(seed);
+  std::mt19937 pick(seed + 1);
+  const tequant::delayed_update_args args{448.0f};
+  for (std::uint32_t step = 0; step < steps; ++step) {
+    for (std::uint32_t j = 0; j < n; ++j) b.staging()[j] = ref.row(0)[j] = src.next();
+    const bool recent = (step / 7 + pick() % 2) % 2 == 0;  // runs of either algorithm, then switches
+    if (recent) b.update(tequant::most_recent{}, args);
+    else b.update(tequant::window_max{}, args);
+    ref.update(recent ? te_roll::algo::most_recent : te_roll::algo::max, args.scaled_max);
+    bool equal = true;
+    for (std::uint32_t j = 0; j < n; ++j) {
+      equal = equal && same_bits(b.scale(j), ref.scale[j]);
+      const auto v = b.view();
+      float want = 0.0f;  // the window max as an fmaxf chain from 0 over the ring (TE's rows + current)
+      for (std::uint32_t k = 0; k < L; ++k) want = std::fmax(want, v.ring[std::size_t{j} * L + k]);
+      equal = equal && same_bits(tequant::detail::delayed_window_max(v, j), want == 0.0f ? 0.0f : want);
+    }
+    REQUIRE_MESSAGE(equal, "L=", L, " step=", step);
+  }
+}
+
 }  // namespace
 
+TEST_CASE("switching between most_recent and max keeps the window exact (stale deque rebuilt from the ring)") {
+  for (std::uint32_t L : {1u, 16u, 64u, 65u, 300u}) {
+    CAPTURE(L);
+    run_mixed_against_roll(L, 31 + L, 4 * L + 60);
+  }
+}
+
 TEST_CASE("delayed update equals TE's roll-based fused update bit for bit") {
-  for (std::uint32_t L : {1u, 2u, 3u, 16u, 1024u}) {
+  for (std::uint32_t L : {1u, 2u, 3u, 16u, 63u, 64u, 65u, 1024u}) {
     const std::uint32_t steps = L == 1024 ? 3 * L + 100 : 600;
     for (int margin = 0; margin <= 3; ++margin) {
       CAPTURE(L);

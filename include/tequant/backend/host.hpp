@@ -227,7 +227,7 @@ struct host_backend {
           const std::uint8_t e = detail::mxfp8_code<D>(m);
           for (std::size_t c = 0; c < 32; ++c) {
             code[kb * 32 + c] = e;
-            mult[kb * 32 + c] = e8m0_multiplier(e);
+            mult[kb * 32 + c] = e8m0_cast_multiplier(e);
           }
         }
         for (std::size_t r = 0; r < 32; ++r) {

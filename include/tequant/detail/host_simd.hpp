@@ -52,6 +52,10 @@ struct fp8_traits<fp8_dtype::e5m2> {
   static constexpr std::uint8_t (*encode)(float) noexcept = &encode_e5m2;
 };
 
+/// Outputs of at least this many bytes are written with streaming stores by the AVX2 kernels: well
+/// past the per-core share of a last-level cache, where a consumer would not find them in cache anyway.
+inline constexpr std::size_t streaming_store_min_bytes = std::size_t{4} << 20;
+
 // ---- portable loops (every target; the tails of the vector loops) ---------------------------------
 
 template <class T>
@@ -103,7 +107,7 @@ inline std::uint8_t mxfp8_code(std::uint32_t key) noexcept {
 template <fp8_dtype D, class T>
 inline std::uint8_t mxfp8_block_scalar(const T* src, std::uint8_t* dst) noexcept {
   const std::uint8_t e = mxfp8_code<D>(amax_bits_scalar(src, 32));
-  scale_encode_scalar<D>(src, 32, e8m0_multiplier(e), dst, false);
+  scale_encode_scalar<D>(src, 32, e8m0_cast_multiplier(e), dst, false);
   return e;
 }
 
@@ -129,7 +133,7 @@ inline void mxfp8_columnwise_scalar(const T* x, std::size_t K, std::uint8_t* dat
     for (std::size_t c = 0; c < 32; ++c) {
       const std::uint8_t e = mxfp8_code<D>(colmax[c]);
       scale[c0 + c] = e;
-      mult[c] = e8m0_multiplier(e);
+      mult[c] = e8m0_cast_multiplier(e);
     }
     for (std::size_t r = 0; r < 32; ++r) scale_encode_each_scalar<D>(x + r * K + c0, 32, mult, data + r * K + c0);
   }
@@ -253,20 +257,34 @@ TEQUANT_TARGET_AVX2 inline __m256i encode8(__m256 y) noexcept {
   return _mm256_blendv_epi8(code, _mm256_set1_epi32(0x7F), nan);
 }
 
-/// Packs 32 int32 codes (four vectors, in order) into 32 bytes.
+/// Packs 32 int32 codes (four vectors, in order) into 32 bytes. Stream: non-temporal stores (out must
+/// be 16-byte aligned), for outputs too large to stay in cache: an ordinary store first reads the line
+/// it writes (6/5 of the bytes moved for fp32 input, 4/3 for 16-bit), a streaming store does not.
+/// Every kernel that streams ends with stream_fence().
+template <bool Stream = false>
 TEQUANT_TARGET_AVX2 inline void store32(std::uint8_t* out, __m256i c0, __m256i c1, __m256i c2, __m256i c3) noexcept {
   const __m256i p01 = _mm256_packus_epi32(c0, c1);  // lanes interleaved by 128-bit halves
   const __m256i p23 = _mm256_packus_epi32(c2, c3);
   const __m256i b = _mm256_packus_epi16(p01, p23);
   const __m256i fixed = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), fixed);
+  if constexpr (Stream) {
+    // Two 16-byte halves: 32-byte alignment is not guaranteed (glibc's large blocks are 16 mod 32).
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(fixed));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out + 16), _mm256_extracti128_si256(fixed, 1));
+  } else {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), fixed);
+  }
 }
 
+/// Orders the streaming stores before anything this thread writes next (a flag another thread or a
+/// device reads, say): they are weakly ordered and would otherwise sit in write-combining buffers.
+TEQUANT_TARGET_AVX2 inline void stream_fence() noexcept { _mm_sfence(); }
+
 /// out[0..32) = fp8(x[0..32) * s).
-template <fp8_dtype D, class T>
+template <fp8_dtype D, bool Stream = false, class T>
 TEQUANT_TARGET_AVX2 inline void encode32(const T* x, __m256 s, std::uint8_t* out) noexcept {
-  store32(out, encode8<D>(_mm256_mul_ps(load8(x), s)), encode8<D>(_mm256_mul_ps(load8(x + 8), s)),
-          encode8<D>(_mm256_mul_ps(load8(x + 16), s)), encode8<D>(_mm256_mul_ps(load8(x + 24), s)));
+  store32<Stream>(out, encode8<D>(_mm256_mul_ps(load8(x), s)), encode8<D>(_mm256_mul_ps(load8(x + 8), s)),
+                  encode8<D>(_mm256_mul_ps(load8(x + 16), s)), encode8<D>(_mm256_mul_ps(load8(x + 24), s)));
 }
 
 /// Prefetches [p, p + bytes) into L1. The grouped kernels read a group twice (amax, then cast from L1);
@@ -299,11 +317,15 @@ TEQUANT_TARGET_AVX2 inline std::uint32_t amax(const T* x, std::size_t n) noexcep
   return t > m ? t : m;
 }
 
-template <fp8_dtype D, class T>
-TEQUANT_TARGET_AVX2 inline std::uint32_t scale_encode(const T* x, std::size_t n, float scale, std::uint8_t* out,
-                                                      bool with_amax) noexcept {
-  std::size_t i = 0;
-  const __m256 s = _mm256_set1_ps(scale);
+/// Whether a kernel writing `bytes` of codes at `out` (and, for matrices, rows `row_bytes` apart)
+/// streams: large enough, and every 32-byte group it stores 16-byte aligned.
+inline bool use_streaming_stores(const void* out, std::size_t bytes, std::size_t row_bytes = 0) noexcept {
+  return bytes >= streaming_store_min_bytes && reinterpret_cast<std::uintptr_t>(out) % 16 == 0 && row_bytes % 16 == 0;
+}
+
+template <fp8_dtype D, bool Stream, class T>
+TEQUANT_TARGET_AVX2 inline __m256i scale_encode_run(const T* x, std::size_t& i, std::size_t n, __m256 s, std::uint8_t* out,
+                                                    bool with_amax) noexcept {
   __m256i mk = _mm256_setzero_si256();
   for (; i + 32 <= n; i += 32) {
     const __m256 v0 = load8(x + i), v1 = load8(x + i + 8), v2 = load8(x + i + 16), v3 = load8(x + i + 24);
@@ -311,10 +333,29 @@ TEQUANT_TARGET_AVX2 inline std::uint32_t scale_encode(const T* x, std::size_t n,
       mk = _mm256_max_epi32(mk, _mm256_max_epi32(_mm256_max_epi32(amax_key8(v0), amax_key8(v1)),
                                                  _mm256_max_epi32(amax_key8(v2), amax_key8(v3))));
     }
-    store32(out + i, encode8<D>(_mm256_mul_ps(v0, s)), encode8<D>(_mm256_mul_ps(v1, s)), encode8<D>(_mm256_mul_ps(v2, s)),
-            encode8<D>(_mm256_mul_ps(v3, s)));
+    store32<Stream>(out + i, encode8<D>(_mm256_mul_ps(v0, s)), encode8<D>(_mm256_mul_ps(v1, s)),
+                    encode8<D>(_mm256_mul_ps(v2, s)), encode8<D>(_mm256_mul_ps(v3, s)));
   }
-  const std::uint32_t m = hmax_epi32(mk);
+  return mk;
+}
+
+template <fp8_dtype D, class T>
+TEQUANT_TARGET_AVX2 inline std::uint32_t scale_encode(const T* x, std::size_t n, float scale, std::uint8_t* out,
+                                                      bool with_amax) noexcept {
+  std::size_t i = 0;
+  const __m256 s = _mm256_set1_ps(scale);
+  std::uint32_t m = 0;
+  if (n >= streaming_store_min_bytes) {
+    // The few elements before the first 16-byte boundary of out go through the scalar loop.
+    const std::size_t head = (16 - reinterpret_cast<std::uintptr_t>(out) % 16) % 16;
+    m = scale_encode_scalar<D>(x, head, scale, out, with_amax);
+    i = head;
+    const std::uint32_t mv = hmax_epi32(scale_encode_run<D, true>(x, i, n, s, out, with_amax));
+    stream_fence();
+    m = mv > m ? mv : m;
+  } else {
+    m = hmax_epi32(scale_encode_run<D, false>(x, i, n, s, out, with_amax));
+  }
   const std::uint32_t t = scale_encode_scalar<D>(x + i, n - i, scale, out + i, with_amax);
   return t > m ? t : m;
 }
@@ -354,10 +395,10 @@ TEQUANT_TARGET_AVX2 inline __m256i e8m0_codes8(__m256i amax_bits) noexcept {
   return _mm256_min_epi32(_mm256_sub_epi32(e, up), _mm256_set1_epi32(0xFE));  // inf and overflow -> 254
 }
 
-/// e8m0_multiplier for 8 codes in [0, 254].
+/// e8m0_cast_multiplier for 8 codes in [0, 254]: (254 - e) << 23 is already 0 for code 254; code 0 -> 1.
 TEQUANT_TARGET_AVX2 inline __m256 e8m0_multipliers8(__m256i e) noexcept {
   const __m256i m = _mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(254), e), 23);
-  return _mm256_castsi256_ps(_mm256_blendv_epi8(m, _mm256_set1_epi32(0x00400000), _mm256_cmpeq_epi32(e, _mm256_set1_epi32(0xFE))));
+  return _mm256_castsi256_ps(_mm256_blendv_epi8(m, _mm256_set1_epi32(0x3F800000), _mm256_cmpeq_epi32(e, _mm256_setzero_si256())));
 }
 
 /// Eight int32 values in [0, 255] -> eight bytes.
@@ -369,9 +410,9 @@ TEQUANT_TARGET_AVX2 inline void store8_bytes(std::uint8_t* out, __m256i v) noexc
 // Eight blocks at a time: their amaxes land in one vector (no per-block horizontal reduction and no
 // scalar scale code on the critical path), the scales are computed 8-wide, then each block is cast
 // from L1 with its scale broadcast from that vector.
-template <fp8_dtype D, class T>
-TEQUANT_TARGET_AVX2 inline void mxfp8_rowwise(const T* x, std::size_t M, std::size_t K, std::uint8_t* data,
-                                              std::uint8_t* scale, std::size_t scale_cols) noexcept {
+template <fp8_dtype D, bool Stream, class T>
+TEQUANT_TARGET_AVX2 inline void mxfp8_rowwise_run(const T* x, std::size_t M, std::size_t K, std::uint8_t* data,
+                                                  std::uint8_t* scale, std::size_t scale_cols) noexcept {
   constexpr std::size_t ahead = prefetch_ahead(8 * 32 * sizeof(T));
   const std::size_t KB = K / 32;
   for (std::size_t m = 0; m < M; ++m) {
@@ -388,14 +429,25 @@ TEQUANT_TARGET_AVX2 inline void mxfp8_rowwise(const T* x, std::size_t M, std::si
       const __m256 mult = e8m0_multipliers8(e);
       for (int b = 0; b < 8; ++b) {
         prefetch_bytes(p + b * 32 + ahead / sizeof(T), 32 * sizeof(T));
-        encode32<D>(p + b * 32, lane(mult, b), dst + kb * 32 + b * 32);
+        encode32<D, Stream>(p + b * 32, lane(mult, b), dst + kb * 32 + b * 32);
       }
     }
     for (; kb < KB; ++kb) {
       const std::uint8_t e = mxfp8_code<D>(hmax_epi32(keys32(src + kb * 32)));
       sc[kb] = e;
-      encode32<D>(src + kb * 32, _mm256_set1_ps(e8m0_multiplier(e)), dst + kb * 32);
+      encode32<D, Stream>(src + kb * 32, _mm256_set1_ps(e8m0_cast_multiplier(e)), dst + kb * 32);
     }
+  }
+}
+
+template <fp8_dtype D, class T>
+TEQUANT_TARGET_AVX2 inline void mxfp8_rowwise(const T* x, std::size_t M, std::size_t K, std::uint8_t* data,
+                                              std::uint8_t* scale, std::size_t scale_cols) noexcept {
+  if (use_streaming_stores(data, M * K, K)) {
+    mxfp8_rowwise_run<D, true>(x, M, K, data, scale, scale_cols);
+    stream_fence();
+  } else {
+    mxfp8_rowwise_run<D, false>(x, M, K, data, scale, scale_cols);
   }
 }
 
@@ -478,9 +530,9 @@ TEQUANT_TARGET_AVX2 inline __m256 block_scales8(__m256i amax_bits, bool pow2, fl
   return _mm256_blendv_ps(s, _mm256_set1_ps(1.0f), one);
 }
 
-template <fp8_dtype D, class T>
-TEQUANT_TARGET_AVX2 inline void block_rowwise(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, float* scale_inv,
-                                              std::size_t scale_stride, bool pow2, float eps, float value_for_inf) noexcept {
+template <fp8_dtype D, bool Stream, class T>
+TEQUANT_TARGET_AVX2 inline void block_rowwise_run(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, float* scale_inv,
+                                                  std::size_t scale_stride, bool pow2, float eps, float value_for_inf) noexcept {
   constexpr std::size_t ahead = prefetch_ahead(8 * 128 * sizeof(T));
   const std::size_t full = K / 1024 * 1024;  // columns covered by groups of eight full 1x128 tiles
   for (std::size_t m = 0; m < M; ++m) {
@@ -500,7 +552,7 @@ TEQUANT_TARGET_AVX2 inline void block_rowwise(const T* x, std::size_t M, std::si
       for (int b = 0; b < 8; ++b) {
         prefetch_bytes(p + b * 128 + ahead / sizeof(T), 128 * sizeof(T));
         const __m256 sb = lane(s, b);
-        for (int q = 0; q < 4; ++q) encode32<D>(p + b * 128 + q * 32, sb, dst + c0 + b * 128 + q * 32);
+        for (int q = 0; q < 4; ++q) encode32<D, Stream>(p + b * 128 + q * 32, sb, dst + c0 + b * 128 + q * 32);
       }
     }
     for (std::size_t c0 = full; c0 < K; c0 += 128) {
@@ -509,6 +561,17 @@ TEQUANT_TARGET_AVX2 inline void block_rowwise(const T* x, std::size_t M, std::si
       scale_inv[(c0 / 128) * scale_stride + m] = 1.0f / s;
       scale_encode<D>(src + c0, len, s, dst + c0, false);
     }
+  }
+}
+
+template <fp8_dtype D, class T>
+TEQUANT_TARGET_AVX2 inline void block_rowwise(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, float* scale_inv,
+                                              std::size_t scale_stride, bool pow2, float eps, float value_for_inf) noexcept {
+  if (use_streaming_stores(data, M * K, K)) {
+    block_rowwise_run<D, true>(x, M, K, data, scale_inv, scale_stride, pow2, eps, value_for_inf);
+    stream_fence();
+  } else {
+    block_rowwise_run<D, false>(x, M, K, data, scale_inv, scale_stride, pow2, eps, value_for_inf);
   }
 }
 

@@ -35,4 +35,14 @@ TEQUANT_HD constexpr float e8m0_multiplier(std::uint8_t e) noexcept {
   return detail::bits_float(static_cast<std::uint32_t>(254u - e) << 23);
 }
 
+/// The factor an MXFP8 cast multiplies by, exactly as TransformerEngine's kernels: its reciprocal
+/// helper returns 1 for code 0 (so blocks whose amax is below ~2.6e-36 keep their values unscaled and
+/// flush to 0), and 2^-127 for code 254 is flushed to zero (so an inf in a block becomes NaN, the
+/// 0x7F code, and its finite neighbours become 0). Every other code gives e8m0_multiplier(e); 255 -> NaN.
+TEQUANT_HD constexpr float e8m0_cast_multiplier(std::uint8_t e) noexcept {
+  if (e == 0) return 1.0f;
+  if (e == 0xFE) return 0.0f;
+  return e8m0_multiplier(e);
+}
+
 }  // namespace tequant

@@ -31,6 +31,7 @@ struct window_max {
 
 /// Window algorithm "most_recent": the amax is the current (reduced) staging amax.
 struct most_recent {
+  static constexpr bool uses_window = false;  // the host update skips the window max
   TEQUANT_HD constexpr float operator()(float current, float /*window_max*/) const noexcept { return current; }
 };
 

@@ -12,22 +12,6 @@
 
 namespace tequant::detail {
 
-/// Rebuilds slot j's window deque from its ring: pushing the L ring values oldest first, starting at
-/// the ring head, rewrites each value in place, brings the head back where it was, and leaves the
-/// deque every earlier push sequence with the same ring would have left (the strictly decreasing
-/// suffix maxima of the window), so every later update is bit-identical.
-inline void rebuild_window(const delayed_bucket_view& v, std::uint32_t j) noexcept {
-  const std::uint32_t L = v.history_length, head = v.ring_head[j];
-  v.window_front[j] = 0;
-  v.window_size[j] = 0;
-  const float* ring = v.ring + static_cast<std::size_t>(j) * L;
-  for (std::uint32_t k = 0; k < L; ++k) {
-    std::uint32_t p = head + k;
-    if (p >= L) p -= L;
-    delayed_ring_push(v, j, ring[p]);
-  }
-}
-
 /// Writes the bucket (host-syncs on device backends).
 template <class Backend>
 void save_delayed_bucket(const delayed_bucket<Backend>& bucket, byte_writer& w) {

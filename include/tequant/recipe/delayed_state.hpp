@@ -48,9 +48,51 @@ namespace detail {
 
 TEQUANT_HD constexpr std::uint32_t ring_next(std::uint32_t i, std::uint32_t n) noexcept { return i + 1 == n ? 0 : i + 1; }
 
+/// window_size value meaning "the deque is out of date; the ring alone is the state". The host
+/// update's scan and most_recent paths leave the deque alone (maintaining it is most of their cost),
+/// and anything that needs it rebuilds it from the ring first, so the ring stays the one source of truth.
+inline constexpr std::uint32_t window_stale = 0xFFFFFFFFu;
+
+/// Ordering key of a committed amax for the window max: its bits when it is a positive non-NaN float,
+/// else 0. A signed max of these from 0 is the bits of the fmaxf chain from 0 (positive floats order
+/// like their bits; +0, negatives and NaN never win).
+TEQUANT_HD constexpr std::int32_t window_key(float f) noexcept {
+  const auto k = static_cast<std::int32_t>(float_bits(f));
+  return k > 0x7F800000 ? 0 : k;
+}
+
+/// max(0, non-NaN values of ring[0, L)), by a scan (the window is the whole ring).
+TEQUANT_HD inline float window_scan_max(const float* ring, std::uint32_t L) noexcept {
+  std::int32_t m = 0;
+  for (std::uint32_t i = 0; i < L; ++i) {
+    const std::int32_t k = window_key(ring[i]);
+    m = k > m ? k : m;
+  }
+  return bits_float(static_cast<std::uint32_t>(m));
+}
+
+TEQUANT_HD inline void delayed_ring_push(const delayed_bucket_view& v, std::uint32_t j, float value) noexcept;
+
+/// Rebuilds slot j's window deque from its ring: pushing the L ring values oldest first, starting at
+/// the ring head, rewrites each value in place, brings the head back where it was, and leaves the
+/// deque every earlier push sequence with the same ring would have left (the strictly decreasing
+/// suffix maxima of the window), so every later update is bit-identical.
+TEQUANT_HD inline void rebuild_window(const delayed_bucket_view& v, std::uint32_t j) noexcept {
+  const std::uint32_t L = v.history_length, head = v.ring_head[j];
+  v.window_front[j] = 0;
+  v.window_size[j] = 0;
+  const float* ring = v.ring + static_cast<std::size_t>(j) * L;
+  for (std::uint32_t k = 0; k < L; ++k) {
+    std::uint32_t p = head + k;
+    if (p >= L) p -= L;
+    delayed_ring_push(v, j, ring[p]);
+  }
+}
+
 /// Commits `v` to slot j's ring and keeps the deque consistent. Only values > 0 enter the deque:
 /// the window max starts at 0 and ignores NaN (fmaxf), so 0, -0, negatives and NaN can never be it.
 TEQUANT_HD inline void delayed_ring_push(const delayed_bucket_view& v, std::uint32_t j, float value) noexcept {
+  if (v.window_size[j] == window_stale) [[unlikely]] rebuild_window(v, j);
   const std::uint32_t L = v.history_length;
   const std::size_t base = static_cast<std::size_t>(j) * L;
   float* ring = v.ring + base;
@@ -83,8 +125,9 @@ TEQUANT_HD inline void delayed_ring_push(const delayed_bucket_view& v, std::uint
 
 /// max(0, non-NaN values of slot j's ring), bit-equal to an fmaxf chain starting at 0.
 TEQUANT_HD inline float delayed_window_max(const delayed_bucket_view& v, std::uint32_t j) noexcept {
-  if (v.window_size[j] == 0) return 0.0f;
   const std::size_t base = static_cast<std::size_t>(j) * v.history_length;
+  if (v.window_size[j] == window_stale) [[unlikely]] return window_scan_max(v.ring + base, v.history_length);
+  if (v.window_size[j] == 0) return 0.0f;
   return v.ring[base + v.window[base + v.window_front[j]]];
 }
 
@@ -108,7 +151,74 @@ TEQUANT_HD inline void delayed_update_slot(const delayed_bucket_view& v, std::ui
   v.staging[j] = 0.0f;
 }
 
-/// Whole-bucket update on host memory (the host backend's update_delayed calls this).
+/// Window functors that never read the window max declare `static constexpr bool uses_window = false`
+/// (most_recent); their update only commits to the ring.
+template <class Algo>
+inline constexpr bool algo_uses_window = [] {
+  if constexpr (requires { Algo::uses_window; }) return static_cast<bool>(Algo::uses_window);
+  else return true;
+}();
+
+/// Windows up to this length are scanned (a few cache lines, no branches) instead of kept in the
+/// monotonic deque, whose data-dependent pops mispredict about once per update.
+inline constexpr std::uint32_t window_scan_max_length = 64;
+
+namespace detail {
+
+/// The host update without the deque, in three loops over the bucket: the slot's ring is the whole
+/// state and the deque is marked stale (whatever needs it later rebuilds it from the ring). Same
+/// results as delayed_update_slot on every slot. Slot-by-slot code with the update's branches spends
+/// most of its time in mispredictions (about one slot in ten is unused, c == 0, and which ones is not
+/// predictable); split like this, each loop is a simple one the compiler if-converts and vectorises.
+template <bool UsesWindow, std::uint32_t FixedL = 0, class Algo>
+inline void delayed_update_bucket_ring(const delayed_bucket_view& v, Algo algo, delayed_update_args args) noexcept {
+  // FixedL: the common history lengths as constants, so the scan of a short ring is straight-line code.
+  const std::uint32_t L = FixedL != 0 ? FixedL : v.history_length, n = v.slots;
+  {
+    // Pass 1 commits: a conditional scatter the compiler can vectorise (masked, with AVX-512).
+    float* __restrict staging = v.staging;
+    float* __restrict ring = v.ring;
+    std::uint32_t* __restrict head = v.ring_head;
+    for (std::uint32_t j = 0; j < n; ++j) {
+      const float c = staging[j];
+      const std::uint32_t h = head[j];
+      if (c != 0.0f) {
+        ring[static_cast<std::size_t>(j) * L + h] = c;
+        head[j] = h + 1 == L ? 0 : h + 1;
+      }
+    }
+  }
+  {
+    // The amax each scale comes from, left in staging for pass 2 (most_recent's is c itself, and
+    // the store writes back what was read). The window scans read rings committed a whole pass
+    // earlier: scanning a line right after a narrow store into it would wait for that store.
+    // A zero amax of a used slot is marked -1, which leaves the scale as 0 does.
+    const float* __restrict ring = v.ring;
+    float* __restrict staging = v.staging;
+    for (std::uint32_t j = 0; j < n; ++j) {
+      const float c = staging[j];
+      const float a = algo(c, UsesWindow ? window_scan_max(ring + static_cast<std::size_t>(j) * L, L) : 0.0f);
+      staging[j] = c == 0.0f ? c : (a == 0.0f ? -1.0f : a);
+    }
+  }
+  float* __restrict staging = v.staging;
+  float* __restrict scale = v.scale;
+  std::uint32_t* __restrict wsize = v.window_size;
+  const float scaled_max = args.scaled_max;
+  for (std::uint32_t j = 0; j < n; ++j) {
+    const float a = staging[j];
+    float s = div_rn(scaled_max, a);
+    s = is_inf(s) ? float_max : s;
+    scale[j] = is_finite(a) && a > 0.0f ? s : scale[j];
+    staging[j] = a == 0.0f ? a : 0.0f;  // an unused slot keeps its +-0, a used one is reset
+    wsize[j] = window_stale;
+  }
+}
+
+}  // namespace detail
+
+/// Whole-bucket update on host memory (the host backend's update_delayed calls this). Short windows
+/// and window-free algorithms go through the ring alone (see delayed_update_bucket_ring).
 /// With a long window each slot's ring and deque sit on their own pages, so the few lines one update
 /// touches per slot are prefetched a few slots ahead to overlap the cache and TLB misses. Short windows
 /// (all rings together a few hundred KB at most per 1000 slots) stay in cache, and there the prefetch
@@ -117,10 +227,20 @@ template <class Algo>
 inline void delayed_update_bucket_host(const delayed_bucket_view& v, Algo algo, delayed_update_args args) noexcept {
   constexpr std::uint32_t ahead = 8, min_prefetch_length = 256;
   const std::uint32_t L = v.history_length;
+  if constexpr (!algo_uses_window<Algo>) {
+    detail::delayed_update_bucket_ring<false>(v, algo, args);
+    return;
+  }
+  if (L <= window_scan_max_length) {
+    if (L == 16) detail::delayed_update_bucket_ring<true, 16>(v, algo, args);
+    else if (L == 32) detail::delayed_update_bucket_ring<true, 32>(v, algo, args);
+    else detail::delayed_update_bucket_ring<true>(v, algo, args);
+    return;
+  }
   const bool prefetch = L >= min_prefetch_length;
   for (std::uint32_t j = 0; j < v.slots; ++j) {
 #if defined(__GNUC__) || defined(__clang__)
-    if (prefetch && j + ahead < v.slots) {
+    if (prefetch && j + ahead < v.slots && v.window_size[j + ahead] != detail::window_stale) {
       const std::uint32_t p = j + ahead;
       const std::size_t base = static_cast<std::size_t>(p) * L;
       std::uint32_t back = v.window_front[p] + v.window_size[p];

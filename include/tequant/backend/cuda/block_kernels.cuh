@@ -55,7 +55,7 @@ __device__ __forceinline__ block_scale make_block_scale(const block_kernel_args&
   if (a.e8m0) {
     // TE multiplies by the rounded fp32 reciprocal of fp8_max rather than dividing.
     s.e8 = encode_e8m0(amax * a.rcp_fp8_max);
-    s.mult = e8m0_multiplier(s.e8);
+    s.mult = e8m0_cast_multiplier(s.e8);  // TE's reciprocal: 1 for code 0, 0 for 254
   } else {
     s.mult = scale_from_amax(amax, a.fp8_max, a.power_2, a.epsilon, a.value_for_inf);
     s.inv = a.inv_in_double ? static_cast<float>(1.0 / static_cast<double>(s.mult)) : __frcp_rn(s.mult);

@@ -62,9 +62,8 @@ __device__ __forceinline__ uint4 load_vec_cached(const void* p) { return __ldg(r
 
 /// Two FP8 codes, `a` in the low byte. On sm_89+ this is the cvt.rn.satfinite instruction, checked
 /// bit-equal to encode_fp8 on every non-NaN float by tests/cuda/numerics_cuda_test.cu. NaN goes
-/// through encode_fp8: the host code follows cuda_fp8.h's reference, which keeps NaN's sign (-NaN is
-/// 0xFF in E4M3) and E5M2 payload bits, and the PTX ISA leaves the instruction's NaN code
-/// unspecified. The branch is almost never taken, and then by whole warps rarely.
+/// through encode_fp8, which writes 0x7F for every NaN as cuda_fp8.h's reference does, because the
+/// PTX ISA leaves the instruction's NaN code unspecified. The branch is almost never taken, and then by whole warps rarely.
 __device__ __forceinline__ std::uint32_t encode2(float a, float b, fp8_dtype t) {
   if (isnan(a) || isnan(b)) [[unlikely]]
     return std::uint32_t{encode_fp8(t, a)} | (std::uint32_t{encode_fp8(t, b)} << 8);
