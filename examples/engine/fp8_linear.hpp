@@ -20,31 +20,9 @@
 #include <tequant/quantized_tensor.hpp>
 
 #include "autograd.hpp"
+#include "gemm.hpp"
 
 namespace mini {
-
-// ---- FP32 GEMM helpers (i-k-j loops: the inner loop is a contiguous axpy the compiler vectorises) ----
-
-/// c[M,N] = a[M,K] b[K,N]
-inline matrix gemm(const matrix& a, const matrix& b) {
-  matrix c(a.rows, b.cols);
-  for (std::size_t i = 0; i < a.rows; ++i) {
-    float* ci = &c.data[i * c.cols];
-    for (std::size_t k = 0; k < a.cols; ++k) {
-      const float aik = a.data[i * a.cols + k];
-      const float* bk = &b.data[k * b.cols];
-      for (std::size_t j = 0; j < b.cols; ++j) ci[j] += aik * bk[j];
-    }
-  }
-  return c;
-}
-
-inline matrix transpose(const matrix& a) {
-  matrix t(a.cols, a.rows);
-  for (std::size_t i = 0; i < a.rows; ++i)
-    for (std::size_t j = 0; j < a.cols; ++j) t.data[j * a.rows + i] = a.data[i * a.cols + j];
-  return t;
-}
 
 // ---- quantization through the manager ---------------------------------------------------------
 
@@ -125,14 +103,14 @@ class fp8_linear {
     const tequant::backward_ticket ticket = m.module_forward(h_, e.grad_enabled());
     const quantized qx = fp8 ? quantize(m, m.slot(h_, forward_role::input), x->value, seen[0]) : keep(x->value);
     const quantized qw = fp8 ? quantize(m, m.slot(h_, forward_role::weight), weight->value, seen[1]) : keep(weight->value);
-    matrix y = gemm(qx.row(), transpose(qw.row()));
+    matrix y = gemm_nt(qx.row(), qw.row());
     return e.record(std::move(y), {x, weight}, m.module_name(h_),
                     [this, &m, fp8, ticket, xs = qx.col(), ws = qw.col()](const matrix& g) {
                       const quantized qg =
                           fp8 ? quantize(m, m.slot(h_, backward_role::grad_output), g, seen[2]) : keep(g);
                       matrix dx = gemm(qg.row(), ws);  // dgrad
                       matrix dw;
-                      auto wgrad = [gt = transpose(qg.col()), xs] { return gemm(gt, xs); };
+                      auto wgrad = [gc = qg.col(), xs] { return gemm_tn(gc, xs); };
                       if (defer_wgrad)
                         m.defer_weight_grad([this, wgrad] { accumulate_weight_grad(wgrad()); });  // backward_dw
                       else

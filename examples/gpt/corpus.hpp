@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: Apache-2.0
+// The GPT example's data: one frozen text file, read as bytes (a character-level model), split into a
+// training part (the first 90%) and a validation part (the rest), so every run sees the same data.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace gpt {
+
+class corpus {
+ public:
+  explicit corpus(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) throw std::runtime_error("cannot read the corpus " + path);
+    text_.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    std::array<bool, 256> seen{};
+    for (unsigned char c : text_) seen[c] = true;
+    id_of_.fill(0);
+    for (int c = 0; c < 256; ++c)
+      if (seen[c]) {
+        id_of_[c] = static_cast<std::uint32_t>(char_of_.size());
+        char_of_.push_back(static_cast<char>(c));
+      }
+    ids_.reserve(text_.size());
+    for (unsigned char c : text_) ids_.push_back(id_of_[c]);
+    split_ = ids_.size() * 9 / 10;
+  }
+
+  std::size_t vocab() const { return char_of_.size(); }
+  std::size_t bytes() const { return text_.size(); }
+  std::size_t train_size() const { return split_; }
+  std::size_t validation_size() const { return ids_.size() - split_; }
+  char to_char(std::uint32_t id) const { return char_of_.at(id); }
+  const std::vector<std::uint32_t>& ids() const { return ids_; }
+
+  /// A batch of `batch` windows: inputs x and next-character targets y, each batch*T ids.
+  struct batch_ids {
+    std::vector<std::uint32_t> x, y;
+  };
+  /// Random windows of the training part.
+  batch_ids train_batch(std::mt19937& rng, std::size_t batch, std::size_t T) const {
+    if (split_ < T + 2) throw std::runtime_error("corpus too small for context " + std::to_string(T));
+    std::uniform_int_distribution<std::size_t> start(0, split_ - T - 1);
+    batch_ids b;
+    for (std::size_t s = 0; s < batch; ++s) append(b, start(rng), T);
+    return b;
+  }
+  /// `count` windows spread evenly over the validation part (always the same ones).
+  batch_ids validation_batch(std::size_t count, std::size_t T) const {
+    const std::size_t n = validation_size();
+    if (n < T + 2) throw std::runtime_error("validation part too small for context " + std::to_string(T));
+    batch_ids b;
+    for (std::size_t s = 0; s < count; ++s) append(b, split_ + (n - T - 1) * s / (count > 1 ? count - 1 : 1), T);
+    return b;
+  }
+
+ private:
+  void append(batch_ids& b, std::size_t at, std::size_t T) const {
+    for (std::size_t t = 0; t < T; ++t) {
+      b.x.push_back(ids_[at + t]);
+      b.y.push_back(ids_[at + t + 1]);
+    }
+  }
+
+  std::string text_;
+  std::vector<std::uint32_t> ids_;
+  std::array<std::uint32_t, 256> id_of_{};
+  std::vector<char> char_of_;
+  std::size_t split_ = 0;
+};
+
+}  // namespace gpt
