@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <numeric>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -63,28 +64,32 @@ float validation_loss(engine& e, Manager& m, model<Manager>& net, const corpus::
   return mini::cross_entropy(e, net(e, v.x, T), v.y)->value.data[0];
 }
 
-/// Characters sampled from the model (temperature 0.8), starting from the validation text.
+/// Characters sampled from the model (temperature 0.8), starting from the validation text. The model
+/// always sees a full window of T characters, repeated so that the rows fill whole 32-row blocks
+/// (MXFP8 casts need that); only the first copy's last row is read.
 template <class Manager>
 std::string sample_text(engine& e, Manager& m, model<Manager>& net, const corpus& c, std::size_t T, int n, bool fp8) {
   std::mt19937 rng(seed + 7);
-  std::vector<std::uint32_t> ctx(c.ids().begin() + std::ptrdiff_t(c.train_size()),
-                                 c.ids().begin() + std::ptrdiff_t(c.train_size() + T / 2));
+  const std::size_t copies = 32 / std::gcd(T, std::size_t(32));
+  std::vector<std::uint32_t> ctx(c.validation_ids().begin(), c.validation_ids().begin() + std::ptrdiff_t(T));
   std::string out;
   auto no_grad = e.grad_mode(false);
   auto no_grad_m = m.grad_mode(false);
   for (int i = 0; i < n; ++i) {
-    if (ctx.size() > T) ctx.erase(ctx.begin(), ctx.end() - std::ptrdiff_t(T));
+    std::vector<std::uint32_t> ids;
+    for (std::size_t k = 0; k < copies; ++k) ids.insert(ids.end(), ctx.begin(), ctx.end());
     matrix logits;
     {
       auto region = m.autocast(fp8);
-      logits = net(e, ctx, ctx.size())->value;
+      logits = net(e, ids, T)->value;
     }
-    const std::size_t v = logits.cols, last = (logits.rows - 1) * v;
+    const std::size_t v = logits.cols, last = (T - 1) * v;
     std::vector<double> p(v);
     float mx = logits.data[last];
     for (std::size_t j = 0; j < v; ++j) mx = std::max(mx, logits.data[last + j]);
     for (std::size_t j = 0; j < v; ++j) p[j] = std::exp((logits.data[last + j] - mx) / 0.8);
     const auto id = static_cast<std::uint32_t>(std::discrete_distribution<std::size_t>(p.begin(), p.end())(rng));
+    ctx.erase(ctx.begin());
     ctx.push_back(id);
     out.push_back(c.to_char(id));
   }
