@@ -122,6 +122,9 @@ int run(const options& o) {
     std::printf("%-36s %14s %-11s %s .. %s\n", role == 0 ? "scale range seen (per role)" : "", "", roles[role],
                 pow2(lo).c_str(), pow2(hi).c_str());
   }
+  if (o.cast_cache)
+    std::printf("%-36s %14s %llu made, %llu reused (cast_cache)\n", "FP8 weight casts", "",
+                (unsigned long long)fp8.weight_casts, (unsigned long long)fp8.weight_casts_reused);
   std::printf("%-36s %13.1fs %13.1fs\n", "training time", fp32.seconds, fp8.seconds);
   std::printf("%-36s %14.0f %14.0f\n", "tokens/s", fp32.tokens_per_second, fp8.tokens_per_second);
   if (fp8.stateful && wrong != 0)

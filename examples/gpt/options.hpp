@@ -29,6 +29,7 @@ struct options {
   std::string data = TEQUANT_GPT_CORPUS;  // the frozen corpus shipped with the repository
   std::string out = "tequant-gpt-out";
   bool fp8_only = false;  // skip the FP32 twin (tests that compare FP8 runs with each other)
+  bool cast_cache = true; // reuse each weight's cast within a step (micro-batches, replays)
   bool quiet = false;
   bool tty = false;
 };
@@ -64,7 +65,7 @@ inline constexpr const char* usage =
     "usage: gpt [--recipe delayed|current|mxfp8|block] [--boundary engine|autocast|scope|first-module]\n"
     "           [--recompute none|reentrant|nested] [--steps N] [--layers N] [--d-model N] [--heads N]\n"
     "           [--context N] [--batch N] [--micro-batches N] [--eval-every N] [--lr X] [--sample N]\n"
-    "           [--data FILE] [--out DIR] [--fp8-only] [--quiet] [--help]\n"
+    "           [--data FILE] [--out DIR] [--no-cast-cache] [--fp8-only] [--quiet] [--help]\n"
     "\n"
     "Trains a character-level GPT on a frozen text corpus (tequant's own headers and docs) twice, in FP32\n"
     "and with every GEMM operand of its QKV, attention output and MLP projections quantized to FP8 with\n"
@@ -83,6 +84,7 @@ inline constexpr const char* usage =
     "  --sample         characters sampled from the FP8 model at the end (default 240)\n"
     "  --data           the text corpus (default: the one shipped with the repository)\n"
     "  --out            where loss.csv and scales.csv go (default ./tequant-gpt-out)\n"
+    "  --no-cast-cache  cast each weight at every use instead of once per step (tequant::cast_cache)\n"
     "  --fp8-only       skip the FP32 run\n"
     "  --quiet          no progress lines\n";
 
@@ -117,6 +119,8 @@ inline bool parse(int argc, char** argv, options& o) {
       o.quiet = true;
     } else if (a == "--fp8-only") {
       o.fp8_only = true;
+    } else if (a == "--no-cast-cache") {
+      o.cast_cache = false;
     } else if (a == "--recipe") {
       const auto v = value(i, a);
       if (v == "delayed") o.rec = recipe::delayed;

@@ -14,6 +14,7 @@
 
 #include <tequant/backend/host.hpp>
 #include <tequant/boundary/autocast_entry.hpp>
+#include <tequant/cast_cache.hpp>
 #include <tequant/boundary/engine_callback.hpp>
 #include <tequant/boundary/explicit_scope.hpp>
 #include <tequant/boundary/first_module_owner.hpp>
@@ -45,6 +46,7 @@ struct run_result {
   bool stateful = false;                            // the recipe keeps scaling state (updates to count)
   std::string sample;                               // text generated at the end
   double seconds = 0.0, tokens_per_second = 0.0;
+  std::uint64_t weight_casts = 0, weight_casts_reused = 0;  // through each linear's cast_cache
 };
 
 template <class Boundary>
@@ -110,6 +112,11 @@ run_result train(const options& o, const corpus& data, bool fp8) {
   model<manager_type> net(m, {data.vocab(), std::size_t(o.layers), std::size_t(o.d_model), std::size_t(o.heads), T},
                           o.rc, init_rng);
   adam opt(net.parameters(), o.lr, o.steps);
+  // The weights change only in opt.step(): one key per optimizer step lets every micro-batch and every
+  // checkpoint replay of a step reuse the step's first cast of each weight.
+  typename tequant::cast_cache<typename manager_type::backend_type>::key weight_key{};
+  if (o.cast_cache)
+    for (auto* l : net.linears()) l->weight_key = &weight_key;
   const corpus::batch_ids val = data.validation_batch(validation_windows, T);
   const int eval_every = o.eval_every > 0 ? o.eval_every : std::max(1, o.steps / 10);
   // Several micro-batches are one logical backward: a backward_scope makes them one update. A
@@ -140,6 +147,7 @@ run_result train(const options& o, const corpus& data, bool fp8) {
       e.backward(losses[0], seed_grad);  // engine_callback: a callback at the end of this task flushes
     }
     opt.step();
+    ++weight_key.step;  // new weights: the cached casts are stale
     // example-end
     fwd_at.push_back(m.stats().forward_updates);
     float mean = 0.0f;
@@ -187,6 +195,10 @@ run_result train(const options& o, const corpus& data, bool fp8) {
   for (int k = 0; k < o.steps; ++k) {
     r.forward_updates.push_back(fwd_at[k + 1] - fwd_at[k]);
     r.backward_updates.push_back(bwd_at[k + 1] - bwd_at[k]);
+  }
+  for (auto* l : net.linears()) {
+    r.weight_casts += l->weight_cache.casts();
+    r.weight_casts_reused += l->weight_cache.reuses();
   }
   if (o.sample_chars > 0) r.sample = sample_text(e, m, net, data, T, o.sample_chars, fp8);
   return r;

@@ -34,8 +34,9 @@ class cast_cache {
 
   /// The cast of x [rows, cols] with `plan`: the cached one when still valid, a fresh one otherwise.
   /// `cast_now` (optional) says which. A disabled plan (outside an enabled autocast region) is refused.
+  /// The result is the cache's own storage: read it (output() gives its spans), never write into it.
   template <class T>
-  const quantized_tensor<Backend>& cast(const Backend& be, const cast_plan& plan, matrix_view<const T> x, key k,
+  quantized_tensor<Backend>& cast(const Backend& be, const cast_plan& plan, matrix_view<const T> x, key k,
                                         bool* cast_now = nullptr) {
     detail::require(plan.enabled, "cast_cache::cast: the plan is disabled (outside an enabled autocast region); "
                                   "run the GEMM in high precision instead of casting");

@@ -24,8 +24,8 @@ std::vector<float> ramp(std::size_t n, float k) {
   for (std::size_t i = 0; i < n; ++i) v[i] = k * (float(i % 17) - 8.0f);
   return v;
 }
-std::vector<std::uint8_t> codes(const quantized_tensor<host_backend>& q) {
-  auto o = const_cast<quantized_tensor<host_backend>&>(q).output();
+std::vector<std::uint8_t> codes(quantized_tensor<host_backend>& q) {
+  auto o = q.output();
   return {o.rowwise_data.begin(), o.rowwise_data.end()};
 }
 
