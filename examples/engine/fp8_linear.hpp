@@ -16,35 +16,14 @@
 
 #include <tequant/backend/host.hpp>
 #include <tequant/backend/layouts.hpp>
+#include <tequant/cast_cache.hpp>
 #include <tequant/manager_types.hpp>
 #include <tequant/quantized_tensor.hpp>
 
 #include "autograd.hpp"
+#include "gemm.hpp"
 
 namespace mini {
-
-// ---- FP32 GEMM helpers (i-k-j loops: the inner loop is a contiguous axpy the compiler vectorises) ----
-
-/// c[M,N] = a[M,K] b[K,N]
-inline matrix gemm(const matrix& a, const matrix& b) {
-  matrix c(a.rows, b.cols);
-  for (std::size_t i = 0; i < a.rows; ++i) {
-    float* ci = &c.data[i * c.cols];
-    for (std::size_t k = 0; k < a.cols; ++k) {
-      const float aik = a.data[i * a.cols + k];
-      const float* bk = &b.data[k * b.cols];
-      for (std::size_t j = 0; j < b.cols; ++j) ci[j] += aik * bk[j];
-    }
-  }
-  return c;
-}
-
-inline matrix transpose(const matrix& a) {
-  matrix t(a.cols, a.rows);
-  for (std::size_t i = 0; i < a.rows; ++i)
-    for (std::size_t j = 0; j < a.cols; ++j) t.data[j * a.rows + i] = a.data[i * a.cols + j];
-  return t;
-}
 
 // ---- quantization through the manager ---------------------------------------------------------
 
@@ -69,6 +48,22 @@ struct quantized {
   const matrix& col() const { return columnwise.empty() ? rowwise : columnwise; }
 };
 
+/// The decoded values of a cast (both directions where the recipe made two) and the scales it used.
+template <class Manager>
+quantized decode(Manager& m, const tequant::cast_plan& plan, tequant::quantized_tensor<typename Manager::backend_type>& q,
+                 std::size_t rows, std::size_t cols, scale_range& seen) {
+  const auto& be = m.backend();
+  quantized out;
+  out.rowwise = matrix(rows, cols);
+  be.dequantize(plan, rows, cols, q.output(), false, out.rowwise.data);
+  if (q.has_columnwise()) {  // block recipes scale along a direction: the wgrad GEMM reads this one
+    out.columnwise = matrix(rows, cols);
+    be.dequantize(plan, rows, cols, q.output(), true, out.columnwise.data);
+  }
+  tequant::for_each_scale(plan, rows, cols, q.output(), [&](float s) { seen.add(s); });
+  return out;
+}
+
 // example-begin quantize
 /// Quantizes `x` for `slot` as the manager's recipe says and returns the decoded values. Nothing here
 /// depends on the recipe: the plan carries the scaling mode, the scale to use and where to record the
@@ -81,15 +76,7 @@ quantized quantize(Manager& m, tequant::slot_id slot, const matrix& x, scale_ran
   tequant::quantized_tensor<typename Manager::backend_type> q;
   q.prepare(be, plan, x.rows, x.cols);  // one copy when rowwise and columnwise would be equal
   be.quantize(v, plan, q.output());
-  quantized out;
-  out.rowwise = matrix(x.rows, x.cols);
-  be.dequantize(plan, x.rows, x.cols, q.output(), false, out.rowwise.data);
-  if (q.has_columnwise()) {  // block recipes scale along a direction: the wgrad GEMM reads this one
-    out.columnwise = matrix(x.rows, x.cols);
-    be.dequantize(plan, x.rows, x.cols, q.output(), true, out.columnwise.data);
-  }
-  tequant::for_each_scale(plan, x.rows, x.cols, q.output(), [&](float s) { seen.add(s); });
-  return out;
+  return decode(m, plan, q, x.rows, x.cols, seen);
 }
 // example-end
 
@@ -124,15 +111,17 @@ class fp8_linear {
     // rule); every other boundary ignores it.
     const tequant::backward_ticket ticket = m.module_forward(h_, e.grad_enabled());
     const quantized qx = fp8 ? quantize(m, m.slot(h_, forward_role::input), x->value, seen[0]) : keep(x->value);
-    const quantized qw = fp8 ? quantize(m, m.slot(h_, forward_role::weight), weight->value, seen[1]) : keep(weight->value);
-    matrix y = gemm(qx.row(), transpose(qw.row()));
+    const quantized qw = !fp8 ? keep(weight->value)
+                         : weight_key != nullptr ? cached_weight()
+                                                 : quantize(m, m.slot(h_, forward_role::weight), weight->value, seen[1]);
+    matrix y = gemm_nt(qx.row(), qw.row());
     return e.record(std::move(y), {x, weight}, m.module_name(h_),
                     [this, &m, fp8, ticket, xs = qx.col(), ws = qw.col()](const matrix& g) {
                       const quantized qg =
                           fp8 ? quantize(m, m.slot(h_, backward_role::grad_output), g, seen[2]) : keep(g);
                       matrix dx = gemm(qg.row(), ws);  // dgrad
                       matrix dw;
-                      auto wgrad = [gt = transpose(qg.col()), xs] { return gemm(gt, xs); };
+                      auto wgrad = [gc = qg.col(), xs] { return gemm_tn(gc, xs); };
                       if (defer_wgrad)
                         m.defer_weight_grad([this, wgrad] { accumulate_weight_grad(wgrad()); });  // backward_dw
                       else
@@ -148,12 +137,27 @@ class fp8_linear {
     for (std::size_t i = 0; i < dw.size(); ++i) weight->grad.data[i] += dw.data[i];
   }
 
+  /// The weight's cast through weight_cache: made by the step's first forward, reused by the other
+  /// micro-batches and by checkpoint replays while the key, the weight and its scale stay the same.
+  quantized cached_weight() {
+    const tequant::cast_plan plan = m_->plan_cast(m_->slot(h_, tequant::forward_role::weight));
+    const tequant::matrix_view<const float> v{weight->value.data.data(), weight->value.rows, weight->value.cols};
+    bool cast_now = false;
+    auto& q = weight_cache.cast(m_->backend(), plan, v, *weight_key, &cast_now);
+    if (cast_now) weight_decoded = decode(*m_, plan, q, v.rows, v.cols, seen[1]);
+    return weight_decoded;
+  }
+
   tequant::module_handle handle() const { return h_; }
   const std::string& name() const { return m_->module_name(h_); }
 
   tensor weight;             // [out, in], a parameter (leaf)
   bool defer_wgrad = false;  // compute dW later, in manager.run_deferred_weight_grads() (pipelines)
   scale_range seen[3];       // input, weight, grad_output scales since the last reset
+  /// Set (by a trainer that bumps it after every optimizer step) to reuse the weight's cast.
+  const typename tequant::cast_cache<typename Manager::backend_type>::key* weight_key = nullptr;
+  tequant::cast_cache<typename Manager::backend_type> weight_cache;
+  quantized weight_decoded;  // the decoded copy of weight_cache's cast
 };
 
 }  // namespace mini

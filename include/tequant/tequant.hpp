@@ -29,6 +29,7 @@
 #include "tequant/comm/single_process.hpp"
 
 #include "tequant/manager.hpp"
+#include "tequant/cast_cache.hpp"
 #include "tequant/persistence.hpp"
 
 // Not included here because they need a third-party library: tequant/comm/mpi.hpp (MPI),

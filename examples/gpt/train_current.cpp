@@ -1,0 +1,9 @@
+// SPDX-License-Identifier: Apache-2.0
+// The GPT example's training runs for one recipe (one translation unit per recipe).
+#include <tequant/recipe/current.hpp>
+
+#include "trainer.hpp"
+
+namespace gpt {
+run_result train_current(const options& o, const corpus& data, bool fp8) { return train_with<tequant::current_scaling>(o, data, fp8); }
+}  // namespace gpt

@@ -1,0 +1,28 @@
+# The GPT's FP8 loss.csv (train and validation losses, updates per step) must be byte-identical across
+# variants of the same run (recompute shapes, the cast cache on or off).
+#   cmake -DEXE=<gpt> -DOUT=<dir> -DARGS=<a;b;...> -DVARIANTS=<a,b|c,d|...> [-DEXPECT=<regex>] -P same_losses.cmake
+string(REPLACE "|" ";" variants "${VARIANTS}")
+set(first "")
+set(n 0)
+foreach(v IN LISTS variants)
+  string(REPLACE "," ";" vargs "${v}")
+  math(EXPR n "${n} + 1")
+  execute_process(COMMAND ${EXE} ${ARGS} --fp8-only ${vargs} --out ${OUT}/${n}
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${v}: exit code ${rc}\n${out}${err}")
+  endif()
+  if(NOT out MATCHES "updates_1_1=(yes|n/a)")
+    message(FATAL_ERROR "${v}: not 1/1 updates per step\n${out}")
+  endif()
+  if(n EQUAL 1 AND EXPECT AND NOT out MATCHES "${EXPECT}")
+    message(FATAL_ERROR "${v}: output does not match '${EXPECT}'\n${out}")
+  endif()
+  file(READ ${OUT}/${n}/loss.csv csv)
+  if(first STREQUAL "")
+    set(first "${csv}")
+  elseif(NOT csv STREQUAL first)
+    message(FATAL_ERROR "loss.csv with ${v} differs from the first variant")
+  endif()
+endforeach()
+message("FP8 loss.csv identical for ${VARIANTS}:\n${first}")
