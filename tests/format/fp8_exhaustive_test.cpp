@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "tequant/detail/host_simd.hpp"
 #include "tequant/format/e8m0.hpp"
 #include "tequant/format/fp8.hpp"
 
@@ -71,6 +72,35 @@ TEST_CASE("e5m2: all 2^32 floats encode like __nv_cvt_float_to_fp8(SATFINITE, E5
   INFO("first mismatching float bits: " << std::hex << bad);
   CHECK(bad == ~0ull);
 }
+
+#if TEQUANT_HAS_X86_TARGET_ATTRIBUTES
+namespace {
+// The host kernels' 8-lane encoder (its rounding is the FPU's, not the scalar encoder's integer RNE).
+template <tequant::fp8_dtype D>
+TEQUANT_TARGET_AVX2 bool avx2_encodes_like_scalar(std::uint32_t base) {
+  alignas(32) std::uint32_t in[8];
+  alignas(32) std::int32_t out[8];
+  for (std::uint32_t k = 0; k < 8; ++k) in[k] = base + k;
+  _mm256_store_si256(reinterpret_cast<__m256i*>(out),
+                     tequant::detail::avx2::encode8<D>(_mm256_load_ps(reinterpret_cast<const float*>(in))));
+  for (int k = 0; k < 8; ++k) {
+    const float f = as_float(in[k]);
+    const std::uint8_t want = D == tequant::fp8_dtype::e4m3 ? tequant::encode_e4m3(f) : tequant::encode_e5m2(f);
+    if (out[k] != want) return false;
+  }
+  return true;
+}
+}  // namespace
+
+TEST_CASE("host AVX2 encoder: all 2^32 floats encode like the scalar encoders (e4m3, e5m2)") {
+  if (!tequant::detail::host_has_avx2()) return;  // nothing to compare on this CPU
+  for (auto check : {&avx2_encodes_like_scalar<tequant::fp8_dtype::e4m3>, &avx2_encodes_like_scalar<tequant::fp8_dtype::e5m2>}) {
+    const auto bad = first_mismatch([&](std::uint32_t u) { return (u & 7u) != 0 || check(u); });
+    INFO("first mismatching group of 8 float bits starts at: " << std::hex << bad);
+    CHECK(bad == ~0ull);
+  }
+}
+#endif
 
 TEST_CASE("e8m0: all 2^32 floats against the ceil(log2) reference") {
   const auto bad = first_mismatch([](std::uint32_t u) { return tequant::encode_e8m0(as_float(u)) == e8m0_reference(as_float(u)); });

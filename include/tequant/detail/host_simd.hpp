@@ -170,7 +170,7 @@ template <class T>
 inline constexpr bool input = std::is_same_v<T, float> || std::is_same_v<T, bf16> || std::is_same_v<T, fp16>;
 
 template <class T>
-TEQUANT_TARGET_AVX2 inline __m256 load8(const T* p) noexcept {
+TEQUANT_TARGET_AVX2_INLINE inline __m256 load8(const T* p) noexcept {
   if constexpr (std::is_same_v<T, float>) {
     return _mm256_loadu_ps(p);
   } else if constexpr (std::is_same_v<T, bf16>) {
@@ -183,7 +183,7 @@ TEQUANT_TARGET_AVX2 inline __m256 load8(const T* p) noexcept {
 }
 
 /// amax keys of 8 lanes (sign cleared, NaN -> 0) as int32; all values are in [0, 0x7F800000].
-TEQUANT_TARGET_AVX2 inline __m256i amax_key8(__m256 v) noexcept {
+TEQUANT_TARGET_AVX2_INLINE inline __m256i amax_key8(__m256 v) noexcept {
   const __m256i a = _mm256_and_si256(_mm256_castps_si256(v), _mm256_set1_epi32(0x7FFFFFFF));
   const __m256i nan = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7F800000));
   return _mm256_andnot_si256(nan, a);
@@ -191,14 +191,14 @@ TEQUANT_TARGET_AVX2 inline __m256i amax_key8(__m256 v) noexcept {
 
 /// 16-bit amax keys of the 16 bf16 at p: the key of a bf16 is its sign-cleared bits (<< 16 as a float
 /// key), NaN (above 0x7F80) -> 0. Signed 16-bit max orders them like the values.
-TEQUANT_TARGET_AVX2 inline __m256i bf16_keys16(const bf16* p) noexcept {
+TEQUANT_TARGET_AVX2_INLINE inline __m256i bf16_keys16(const bf16* p) noexcept {
   const __m256i k = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), _mm256_set1_epi16(0x7FFF));
   return _mm256_andnot_si256(_mm256_cmpgt_epi16(k, _mm256_set1_epi16(0x7F80)), k);
 }
 
 /// 8 lanes of amax keys whose max is the amax key of the 32 elements at p.
 template <class T>
-TEQUANT_TARGET_AVX2 inline __m256i keys32(const T* p) noexcept {
+TEQUANT_TARGET_AVX2_INLINE inline __m256i keys32(const T* p) noexcept {
   if constexpr (std::is_same_v<T, bf16>) {
     // On the 16-bit patterns directly, widened to 32-bit keys at the end.
     const __m256i m = _mm256_max_epi16(bf16_keys16(p), bf16_keys16(p + 16));
@@ -210,7 +210,7 @@ TEQUANT_TARGET_AVX2 inline __m256i keys32(const T* p) noexcept {
   }
 }
 
-TEQUANT_TARGET_AVX2 inline std::uint32_t hmax_epi32(__m256i m) noexcept {
+TEQUANT_TARGET_AVX2_INLINE inline std::uint32_t hmax_epi32(__m256i m) noexcept {
   __m128i r = _mm_max_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
   r = _mm_max_epi32(r, _mm_shuffle_epi32(r, 0x4E));
   r = _mm_max_epi32(r, _mm_shuffle_epi32(r, 0xB1));
@@ -218,7 +218,7 @@ TEQUANT_TARGET_AVX2 inline std::uint32_t hmax_epi32(__m256i m) noexcept {
 }
 
 /// Lane b of the result = max over the 8 lanes of m[b] (eight horizontal maxima in 21 instructions).
-TEQUANT_TARGET_AVX2 inline __m256i transpose_max8(const __m256i* m) noexcept {
+TEQUANT_TARGET_AVX2_INLINE inline __m256i transpose_max8(const __m256i* m) noexcept {
   const __m256i a01 = _mm256_max_epi32(_mm256_unpacklo_epi32(m[0], m[1]), _mm256_unpackhi_epi32(m[0], m[1]));
   const __m256i a23 = _mm256_max_epi32(_mm256_unpacklo_epi32(m[2], m[3]), _mm256_unpackhi_epi32(m[2], m[3]));
   const __m256i a45 = _mm256_max_epi32(_mm256_unpacklo_epi32(m[4], m[5]), _mm256_unpackhi_epi32(m[4], m[5]));
@@ -228,31 +228,26 @@ TEQUANT_TARGET_AVX2 inline __m256i transpose_max8(const __m256i* m) noexcept {
   return _mm256_max_epi32(_mm256_permute2x128_si256(b03, b47, 0x20), _mm256_permute2x128_si256(b03, b47, 0x31));
 }
 
-/// Branch-free x -> FP8 code for 8 lanes, as int32 in [0, 255]. Normal targets: integer RNE on the
-/// rebased bits; subnormal targets: |y| * 2^(bias+mant-1) is exact and cvtps rounds to nearest even
-/// (rounding up to 2^mant gives the smallest normal code, which is the right answer).
+/// Branch-free x -> FP8 code for 8 lanes, as int32 in [0, 255]: RNE, saturating, every NaN -> 0x7F.
+/// |y| (clamped to the largest finite value, which is what saturation rounds to) plus c = 2^(E + 23 -
+/// mant), E = max(exponent of |y|, smallest normal exponent), is a float whose ulp is the FP8 step at
+/// |y|, so the FPU's round-to-nearest-even does the rounding, subnormal targets included; bits(sum) -
+/// bits(c) counts FP8 steps above c, and the code is that plus (E - emin) << mant. Checked against the
+/// scalar encoders on all 2^32 inputs (tests/backend, label exhaustive).
 template <fp8_dtype D>
-TEQUANT_TARGET_AVX2 inline __m256i encode8(__m256 y) noexcept {
+TEQUANT_TARGET_AVX2_INLINE inline __m256i encode8(__m256 y) noexcept {
   using tr = fp8_traits<D>;
-  constexpr int drop = 23 - tr::mant;
-  constexpr std::uint32_t min_normal_bits = static_cast<std::uint32_t>(127 - tr::bias + 1) << 23;
+  constexpr int emin_biased = 127 + 1 - tr::bias;  // the smallest normal exponent, float-biased
   const __m256i u = _mm256_castps_si256(y);
   const __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
+  const __m256 mag = _mm256_min_ps(_mm256_castsi256_ps(a), _mm256_set1_ps(fp8_max(D)));  // NaN: fixed below
+  const __m256i e = _mm256_max_epi32(_mm256_and_si256(_mm256_castps_si256(mag), _mm256_set1_epi32(0x7F800000)),
+                                     _mm256_set1_epi32(emin_biased << 23));
+  const __m256i c = _mm256_add_epi32(e, _mm256_set1_epi32((23 - tr::mant) << 23));
+  const __m256i steps = _mm256_sub_epi32(_mm256_castps_si256(_mm256_add_ps(mag, _mm256_castsi256_ps(c))), c);
+  const __m256i base = _mm256_sub_epi32(_mm256_srli_epi32(e, 23 - tr::mant), _mm256_set1_epi32(emin_biased << tr::mant));
   const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(u, 24), _mm256_set1_epi32(0x80));
-  const __m256i rebased = _mm256_sub_epi32(a, _mm256_set1_epi32(static_cast<int>((127u - tr::bias) << 23)));
-  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(rebased, drop), _mm256_set1_epi32(1));
-  const __m256i normal = _mm256_srli_epi32(
-      _mm256_add_epi32(_mm256_add_epi32(rebased, _mm256_set1_epi32((1 << (drop - 1)) - 1)), odd), drop);
-  const __m256 mag = _mm256_castsi256_ps(a);
-  const __m256i sub = _mm256_cvtps_epi32(
-      _mm256_mul_ps(mag, _mm256_castsi256_ps(_mm256_set1_epi32((127 + tr::bias + tr::mant - 1) << 23))));
-  // a < min_normal_bits  <=>  min_normal_bits > a  (all values non-negative as int32)
-  const __m256i is_sub = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(min_normal_bits)), a);
-  __m256i code = _mm256_blendv_epi8(normal, sub, is_sub);
-  // The normal code grows with |y| and reaches max_code exactly at the largest finite value, so
-  // saturation (including inf and NaN, fixed below) is a min.
-  code = _mm256_min_epi32(code, _mm256_set1_epi32(static_cast<int>(tr::max_code)));
-  code = _mm256_or_si256(code, sign);
+  const __m256i code = _mm256_or_si256(_mm256_add_epi32(steps, base), sign);
   const __m256i nan = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7F800000));
   return _mm256_blendv_epi8(code, _mm256_set1_epi32(0x7F), nan);
 }
@@ -262,7 +257,7 @@ TEQUANT_TARGET_AVX2 inline __m256i encode8(__m256 y) noexcept {
 /// it writes (6/5 of the bytes moved for fp32 input, 4/3 for 16-bit), a streaming store does not.
 /// Every kernel that streams ends with stream_fence().
 template <bool Stream = false>
-TEQUANT_TARGET_AVX2 inline void store32(std::uint8_t* out, __m256i c0, __m256i c1, __m256i c2, __m256i c3) noexcept {
+TEQUANT_TARGET_AVX2_INLINE inline void store32(std::uint8_t* out, __m256i c0, __m256i c1, __m256i c2, __m256i c3) noexcept {
   const __m256i p01 = _mm256_packus_epi32(c0, c1);  // lanes interleaved by 128-bit halves
   const __m256i p23 = _mm256_packus_epi32(c2, c3);
   const __m256i b = _mm256_packus_epi16(p01, p23);
@@ -278,18 +273,18 @@ TEQUANT_TARGET_AVX2 inline void store32(std::uint8_t* out, __m256i c0, __m256i c
 
 /// Orders the streaming stores before anything this thread writes next (a flag another thread or a
 /// device reads, say): they are weakly ordered and would otherwise sit in write-combining buffers.
-TEQUANT_TARGET_AVX2 inline void stream_fence() noexcept { _mm_sfence(); }
+TEQUANT_TARGET_AVX2_INLINE inline void stream_fence() noexcept { _mm_sfence(); }
 
 /// out[0..32) = fp8(x[0..32) * s).
 template <fp8_dtype D, bool Stream = false, class T>
-TEQUANT_TARGET_AVX2 inline void encode32(const T* x, __m256 s, std::uint8_t* out) noexcept {
+TEQUANT_TARGET_AVX2_INLINE inline void encode32(const T* x, __m256 s, std::uint8_t* out) noexcept {
   store32<Stream>(out, encode8<D>(_mm256_mul_ps(load8(x), s)), encode8<D>(_mm256_mul_ps(load8(x + 8), s)),
                   encode8<D>(_mm256_mul_ps(load8(x + 16), s)), encode8<D>(_mm256_mul_ps(load8(x + 24), s)));
 }
 
 /// Prefetches [p, p + bytes) into L1. The grouped kernels read a group twice (amax, then cast from L1);
 /// without this the first read is a burst of loads with nothing to overlap the memory latency with.
-TEQUANT_TARGET_AVX2 inline void prefetch_bytes(const void* p, std::size_t bytes) noexcept {
+TEQUANT_TARGET_AVX2_INLINE inline void prefetch_bytes(const void* p, std::size_t bytes) noexcept {
   for (std::size_t o = 0; o < bytes; o += 64) _mm_prefetch(static_cast<const char*>(p) + o, _MM_HINT_T0);
 }
 
@@ -298,7 +293,7 @@ TEQUANT_TARGET_AVX2 inline void prefetch_bytes(const void* p, std::size_t bytes)
 inline constexpr std::size_t prefetch_ahead(std::size_t group_bytes) noexcept { return group_bytes < 2048 ? 2048 : group_bytes; }
 
 /// Lane b of v broadcast to all lanes.
-TEQUANT_TARGET_AVX2 inline __m256 lane(__m256 v, int b) noexcept { return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(b)); }
+TEQUANT_TARGET_AVX2_INLINE inline __m256 lane(__m256 v, int b) noexcept { return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(b)); }
 
 template <class T>
 TEQUANT_TARGET_AVX2 inline std::uint32_t amax(const T* x, std::size_t n) noexcept {
@@ -384,7 +379,7 @@ TEQUANT_TARGET_AVX2 inline void column_amax(const T* x, std::size_t n, std::uint
 
 /// encode_e8m0(bits_float(amax) * (1 / fp8_max)) for 8 lanes of non-NaN amax bits.
 template <fp8_dtype D>
-TEQUANT_TARGET_AVX2 inline __m256i e8m0_codes8(__m256i amax_bits) noexcept {
+TEQUANT_TARGET_AVX2_INLINE inline __m256i e8m0_codes8(__m256i amax_bits) noexcept {
   constexpr float rcp = 1.0f / fp8_max(D);
   const __m256i a = _mm256_castps_si256(_mm256_mul_ps(_mm256_castsi256_ps(amax_bits), _mm256_set1_ps(rcp)));
   const __m256i e = _mm256_srli_epi32(a, 23);
@@ -396,13 +391,13 @@ TEQUANT_TARGET_AVX2 inline __m256i e8m0_codes8(__m256i amax_bits) noexcept {
 }
 
 /// e8m0_cast_multiplier for 8 codes in [0, 254]: (254 - e) << 23 is already 0 for code 254; code 0 -> 1.
-TEQUANT_TARGET_AVX2 inline __m256 e8m0_multipliers8(__m256i e) noexcept {
+TEQUANT_TARGET_AVX2_INLINE inline __m256 e8m0_multipliers8(__m256i e) noexcept {
   const __m256i m = _mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(254), e), 23);
   return _mm256_castsi256_ps(_mm256_blendv_epi8(m, _mm256_set1_epi32(0x3F800000), _mm256_cmpeq_epi32(e, _mm256_setzero_si256())));
 }
 
 /// Eight int32 values in [0, 255] -> eight bytes.
-TEQUANT_TARGET_AVX2 inline void store8_bytes(std::uint8_t* out, __m256i v) noexcept {
+TEQUANT_TARGET_AVX2_INLINE inline void store8_bytes(std::uint8_t* out, __m256i v) noexcept {
   const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
   _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm_packus_epi16(w, w));
 }
@@ -455,7 +450,7 @@ TEQUANT_TARGET_AVX2 inline void mxfp8_rowwise(const T* x, std::size_t M, std::si
 /// 32 rows of the key of column 8j + i. Kept in registers, so the column max costs no loads or stores
 /// of a colmax array.
 template <int NV, class T>
-TEQUANT_TARGET_AVX2 inline void column_keys32(const T* p, std::size_t K, __m256i* keys) noexcept {
+TEQUANT_TARGET_AVX2_INLINE inline void column_keys32(const T* p, std::size_t K, __m256i* keys) noexcept {
   if constexpr (std::is_same_v<T, bf16>) {
     // 16 columns per load on the 16-bit patterns, widened to 32-bit keys at the end.
     __m256i m[NV / 2];
@@ -515,7 +510,7 @@ TEQUANT_TARGET_AVX2 inline void mxfp8_columnwise(const T* x, std::size_t K, std:
 
 /// scale_from_amax for 8 lanes of non-NaN amax bits (same IEEE operations, same order of cases).
 template <fp8_dtype D>
-TEQUANT_TARGET_AVX2 inline __m256 block_scales8(__m256i amax_bits, bool pow2, float eps, float value_for_inf) noexcept {
+TEQUANT_TARGET_AVX2_INLINE inline __m256 block_scales8(__m256i amax_bits, bool pow2, float eps, float value_for_inf) noexcept {
   const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF), inf_bits = _mm256_set1_epi32(0x7F800000);
   __m256 a = _mm256_castsi256_ps(amax_bits);
   const __m256 e = _mm256_set1_ps(eps);
