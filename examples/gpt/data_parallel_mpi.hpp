@@ -21,8 +21,15 @@ inline void mpi_ok(int rc, const char* call) {
   if (rc != MPI_SUCCESS) throw std::runtime_error(std::string(call) + " failed: " + tequant::detail::mpi_error_string(rc));
 }
 
+/// How the ranks' gradients are summed.
+enum class gradient_sum {
+  allreduce,  ///< one MPI_Allreduce(MPI_SUM): the transport's order (2 ranks: the same as one process)
+  ordered,    ///< MPI_Allgather, then every rank adds the ranks' gradients in rank order: the additions
+              ///< one process makes accumulating N micro-batches, at any N (N times the traffic)
+};
+
 /// Data parallelism over `comm` (MPI_COMM_WORLD for the run, MPI_COMM_SELF for a one-rank reference).
-inline mpi_parallel over(MPI_Comm comm) {
+inline mpi_parallel over(MPI_Comm comm, gradient_sum sum = gradient_sum::allreduce) {
   mpi_parallel dp;
   MPI_Comm_rank(comm, &dp.rank);
   MPI_Comm_size(comm, &dp.ranks);
@@ -36,16 +43,28 @@ inline mpi_parallel over(MPI_Comm comm) {
            "MPI_Allgather (losses)");
     return all;
   };
-  // One MPI_Allreduce (MPI_SUM) over every gradient, packed in parameter order. The sum needs no
-  // division: each rank's backward seed already carries 1/ranks (as DDP divides before its all-reduce),
-  // so the FP8 gradient casts see the values a one-process run over the global batch sees.
-  dp.sum_gradients = [comm](const std::vector<tensor>& params) {
+  // Every gradient, packed in parameter order, summed over the ranks. The sum needs no division:
+  // each rank's backward seed already carries 1/ranks (as DDP divides before its all-reduce), so the
+  // FP8 gradient casts see the values a one-process run over the global batch sees.
+  dp.sum_gradients = [comm, sum, n = dp.ranks](const std::vector<tensor>& params) {
     std::vector<float> g;
     for (const tensor& p : params) {
       if (p->grad.empty()) p->grad = matrix(p->value.rows, p->value.cols);  // every rank sends every slot
       g.insert(g.end(), p->grad.data.begin(), p->grad.data.end());
     }
-    mpi_ok(MPI_Allreduce(MPI_IN_PLACE, g.data(), int(g.size()), MPI_FLOAT, MPI_SUM, comm), "MPI_Allreduce (gradients)");
+    const std::size_t size = g.size();
+    if (sum == gradient_sum::allreduce) {
+      mpi_ok(MPI_Allreduce(MPI_IN_PLACE, g.data(), int(size), MPI_FLOAT, MPI_SUM, comm), "MPI_Allreduce (gradients)");
+    } else {
+      std::vector<float> all(size * std::size_t(n));
+      mpi_ok(MPI_Allgather(g.data(), int(size), MPI_FLOAT, all.data(), int(size), MPI_FLOAT, comm),
+             "MPI_Allgather (gradients)");
+      for (std::size_t i = 0; i < size; ++i) {
+        float s = all[i];
+        for (std::size_t r = 1; r < std::size_t(n); ++r) s += all[r * size + i];
+        g[i] = s;
+      }
+    }
     std::size_t at = 0;
     for (const tensor& p : params)
       for (float& x : p->grad.data) x = g[at++];

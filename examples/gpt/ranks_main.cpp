@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // gpt_mpi: the GPT example trained data-parallel over MPI.
 //
-//   mpirun -n N gpt_mpi [gpt's options] [--compare] [--debug-diverge [STEP]]
+//   mpirun -n N gpt_mpi [gpt's options] [--compare] [--ordered-sum] [--debug-diverge [STEP]]
 //
 // Every rank draws the same global batches of --batch sequences and trains on its contiguous share;
 // the gradients are summed with MPI_Allreduce, and tequant's mpi_comm reduces the amaxes inside the
@@ -38,12 +38,15 @@ constexpr const char* usage_extra =
     "its contiguous batch/N sequences of every micro-batch. Its own options:\n"
     "  --compare        also train in one process over the same global batches (on rank 0) and print the\n"
     "                   largest relative loss difference\n"
+    "  --ordered-sum    sum the gradients in rank order (MPI_Allgather, then the same additions as one process\n"
+    "                   accumulating N micro-batches) instead of one MPI_Allreduce\n"
     "  --debug-diverge [STEP]  rank 1 registers one module the other ranks do not have at STEP (default 3):\n"
     "                   the manager's layout check stops every rank with a tequant: error\n";
 
 struct rank_options {
   bool compare = false;
   int diverge_step = 0;
+  gradient_sum sum = gradient_sum::allreduce;
 };
 
 /// Takes gpt_mpi's own flags out of argv; the rest is gpt's command line.
@@ -53,6 +56,8 @@ std::vector<char*> own_flags(int argc, char** argv, rank_options& r) {
     const std::string_view a = argv[i];
     if (a == "--compare") {
       r.compare = true;
+    } else if (a == "--ordered-sum") {
+      r.sum = gradient_sum::ordered;
     } else if (a == "--debug-diverge") {
       r.diverge_step = 3;
       if (i + 1 < argc && argv[i + 1][0] != '-') {
@@ -172,14 +177,15 @@ int run(int argc, char** argv) {
                 "sequences, %d micro-batch%s = %d tokens/step\n",
                 o.layers, o.d_model, o.heads, o.context, data.vocab(), o.batch, ranks, ranks == 1 ? "" : "s", per_rank,
                 o.micro_batches, o.micro_batches == 1 ? "" : "es", o.batch * o.micro_batches * o.context);
-    std::printf("GEMMs: %s; amaxes: tequant::mpi_comm with the layout check%s\n", mini::gemm_backend_name(),
+    std::printf("GEMMs: %s; gradients: %s; amaxes: tequant::mpi_comm with the layout check%s\n",
+                mini::gemm_backend_name(), ro.sum == gradient_sum::ordered ? "MPI_Allgather, summed in rank order" : "MPI_Allreduce",
                 ro.diverge_step > 0 ? "; --debug-diverge: rank 1 registers an extra module" : "");
     std::fflush(stdout);
   }
 
   // One data-parallel run: the trainer with MPI hooks, plus the per-step checksum gather.
   auto distributed = [&](bool fp8, rank_checks& c) {
-    mpi_parallel dp = over(MPI_COMM_WORLD);
+    mpi_parallel dp = over(MPI_COMM_WORLD, ro.sum);
     if (rank == 1) dp.extra_module_at_step = ro.diverge_step;
     failing_step = 1;
     dp.after_step = [&c](int step, std::uint64_t state, std::uint64_t weights) {
