@@ -12,6 +12,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -184,8 +185,15 @@ int run(int argc, char** argv) {
   }
 
   // One data-parallel run: the trainer with MPI hooks, plus the per-step checksum gather.
+  double sum_seconds = 0.0;  // rank 0, FP8 run: in the gradient sum, waiting for the slowest rank included
   auto distributed = [&](bool fp8, rank_checks& c) {
     mpi_parallel dp = over(MPI_COMM_WORLD, ro.sum);
+    if (dp.sum_gradients && fp8)
+      dp.sum_gradients = [sum = dp.sum_gradients, &sum_seconds](const std::vector<tensor>& params) {
+        const auto t0 = std::chrono::steady_clock::now();
+        sum(params);
+        sum_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      };
     if (rank == 1) dp.extra_module_at_step = ro.diverge_step;
     failing_step = 1;
     dp.after_step = [&c](int step, std::uint64_t state, std::uint64_t weights) {
@@ -235,8 +243,9 @@ int run(int argc, char** argv) {
       std::printf("%-44s %s\n", "updates per step (forward/backward)",
                   wrong_all == 0 ? "1/1 on every rank at every step"
                                  : (std::to_string(wrong_all) + " rank-steps without exactly 1/1").c_str());
-    std::printf("%-44s %.1fs, %.0f tokens/s (global batch, all ranks)\n", "training time (FP8)", fp8.seconds,
-                fp8.tokens_per_second);
+    std::printf("%-44s %.1fs, %.0f tokens/s (global batch, all ranks); %.2fs of it in the gradient sum "
+                "(waiting for the slowest rank included)\n",
+                "training time (FP8)", fp8.seconds, fp8.tokens_per_second, sum_seconds);
     if (!fp8.sample.empty()) std::printf("\nsampled from the FP8 model (rank 0):\n----\n%s\n----\n", fp8.sample.c_str());
     std::fflush(stdout);
 
