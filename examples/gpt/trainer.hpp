@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <string>
@@ -20,9 +21,11 @@
 #include <tequant/boundary/first_module_owner.hpp>
 #include <tequant/checkpoint/no_recompute.hpp>
 #include <tequant/checkpoint/stacked_recompute.hpp>
+#include <tequant/comm/single_process.hpp>
 #include <tequant/manager.hpp>
 
 #include "../engine/hooks.hpp"
+#include "checksum.hpp"
 #include "corpus.hpp"
 #include "model.hpp"
 #include "options.hpp"
@@ -48,6 +51,32 @@ struct run_result {
   double seconds = 0.0, tokens_per_second = 0.0;
   std::uint64_t weight_casts = 0, weight_casts_reused = 0;  // through each linear's cast_cache
 };
+
+/// What a data-parallel run (gpt_mpi, ranks_main.cpp) adds to train(); the defaults are one process.
+/// Every rank draws the same global batches of --batch sequences and keeps its contiguous share.
+template <class Comm>
+struct data_parallel {
+  int rank = 0, ranks = 1;
+  std::function<Comm()> make_comm = [] { return Comm{}; };  // the manager's comm policy
+  /// This rank's micro-batch losses -> every rank's, rank after rank (for the global mean).
+  std::function<std::vector<float>(const std::vector<float>&)> gather_losses;
+  /// After the backward, before the optimizer: sums the ranks' gradients (each rank's loss already
+  /// carries the 1/ranks of the global mean, so the sum is the global batch's gradient).
+  std::function<void(const std::vector<tensor>& params)> sum_gradients;
+  /// After each step: checksums of this rank's scaling state and of its weights.
+  std::function<void(int step, std::uint64_t state, std::uint64_t weights)> after_step;
+  int extra_module_at_step = 0;  // --debug-diverge: register one more module at this step (1-based)
+};
+
+/// Windows [rank, rank + 1) * B/ranks of a batch of B windows (B % ranks == 0).
+inline corpus::batch_ids shard(corpus::batch_ids b, int rank, int ranks) {
+  if (ranks == 1) return b;
+  const std::size_t n = b.x.size() / std::size_t(ranks), at = n * std::size_t(rank);
+  corpus::batch_ids s;
+  s.x.assign(b.x.begin() + std::ptrdiff_t(at), b.x.begin() + std::ptrdiff_t(at + n));
+  s.y.assign(b.y.begin() + std::ptrdiff_t(at), b.y.begin() + std::ptrdiff_t(at + n));
+  return s;
+}
 
 template <class Boundary>
 Boundary make_boundary(engine& e) {
@@ -100,14 +129,15 @@ std::string sample_text(engine& e, Manager& m, model<Manager>& net, const corpus
 
 /// Trains one model for o.steps steps: quantized when `fp8`, plain FP32 otherwise (the same code;
 /// the autocast region is simply disabled).
-template <class Recipe, class Boundary, class Checkpoint>
-run_result train(const options& o, const corpus& data, bool fp8) {
+template <class Recipe, class Boundary, class Checkpoint, class Comm = tequant::single_process>
+run_result train(const options& o, const corpus& data, bool fp8, const data_parallel<Comm>& dp = {}) {
   // example-begin gpt_manager
-  using manager_type = tequant::quantization_manager<Recipe, Boundary, Checkpoint>;
+  using manager_type = tequant::quantization_manager<Recipe, Boundary, Checkpoint, Comm>;
   engine e;
-  manager_type m({}, make_boundary<Boundary>(e));  // the recipe's default parameters
+  manager_type m({}, make_boundary<Boundary>(e), dp.make_comm());  // the recipe's default parameters
   // example-end
   const std::size_t T = std::size_t(o.context), B = std::size_t(o.batch);
+  const int ranks = dp.ranks;
   std::mt19937 init_rng(seed + 1), batch_rng(seed + 2);
   model<manager_type> net(m, {data.vocab(), std::size_t(o.layers), std::size_t(o.d_model), std::size_t(o.heads), T},
                           o.rc, init_rng);
@@ -129,30 +159,37 @@ run_result train(const options& o, const corpus& data, bool fp8) {
   const auto t0 = std::chrono::steady_clock::now();
   auto last_print = t0;
   for (int step = 0; step < o.steps; ++step) {
+    if (step + 1 == dp.extra_module_at_step) (void)m.register_module("debug_diverge.rank" + std::to_string(dp.rank));
     // example-begin gpt_step
     std::vector<tensor> losses;
     {
       auto region = m.autocast(/*enabled=*/fp8);  // one forward update when the region exits
       for (int mb = 0; mb < o.micro_batches; ++mb) {
-        const corpus::batch_ids b = data.train_batch(batch_rng, B, T);
+        const corpus::batch_ids b = shard(data.train_batch(batch_rng, B, T), dp.rank, ranks);
         losses.push_back(mini::cross_entropy(e, net(e, b.x, T), b.y));
       }
     }
     bwd_at.push_back(m.stats().backward_updates);
-    const matrix seed_grad(1, 1, 1.0f / float(o.micro_batches));  // the mean over micro-batches
+    const matrix seed_grad(1, 1, 1.0f / float(o.micro_batches * ranks));  // the mean over micro-batches
     if (scoped) {
       auto scope = m.backward_scope();  // every micro-batch's backward is one logical backward
       for (const tensor& loss : losses) e.backward(loss, seed_grad);
     } else {
       e.backward(losses[0], seed_grad);  // engine_callback: a callback at the end of this task flushes
     }
+    if (dp.sum_gradients) dp.sum_gradients(net.parameters());
     opt.step();
     ++weight_key.step;  // new weights: the cached casts are stale
     // example-end
     fwd_at.push_back(m.stats().forward_updates);
-    float mean = 0.0f;
-    for (const tensor& loss : losses) mean += loss->value.data[0] / float(o.micro_batches);
+    std::vector<float> mb_loss;
+    for (const tensor& loss : losses) mb_loss.push_back(loss->value.data[0]);
+    if (dp.gather_losses) mb_loss = dp.gather_losses(mb_loss);  // rank after rank
+    float mean = 0.0f;  // in the order one process with micro-batches * ranks micro-batches sums them
+    for (int mb = 0; mb < o.micro_batches; ++mb)
+      for (int k = 0; k < ranks; ++k) mean += mb_loss[std::size_t(k * o.micro_batches + mb)] / float(o.micro_batches * ranks);
     r.train_loss.push_back(mean);
+    if (dp.after_step) dp.after_step(step + 1, state_checksum(m), weights_checksum(net.parameters()));
     if (fp8) {
       auto lin = net.linears();
       if (r.scales.empty())
@@ -205,11 +242,11 @@ run_result train(const options& o, const corpus& data, bool fp8) {
 }
 
 /// Runs train<Recipe, ...> with the boundary and checkpoint policies the options name.
-template <class Recipe>
-run_result train_with(const options& o, const corpus& data, bool fp8) {
+template <class Recipe, class Comm = tequant::single_process>
+run_result train_with(const options& o, const corpus& data, bool fp8, const data_parallel<Comm>& dp = {}) {
   auto with_checkpoint = [&]<class Boundary>() {
-    if (o.rc == recompute::none) return train<Recipe, Boundary, tequant::no_recompute>(o, data, fp8);
-    return train<Recipe, Boundary, tequant::stacked_recompute>(o, data, fp8);
+    if (o.rc == recompute::none) return train<Recipe, Boundary, tequant::no_recompute, Comm>(o, data, fp8, dp);
+    return train<Recipe, Boundary, tequant::stacked_recompute, Comm>(o, data, fp8, dp);
   };
   switch (o.bnd) {
     case boundary::engine: return with_checkpoint.template operator()<tequant::engine_callback<mini::hooks>>();
