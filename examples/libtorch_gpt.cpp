@@ -49,7 +49,9 @@ constexpr std::size_t validation_windows = 16;  // as examples/gpt
 /// What libtorch_gpt takes on top of examples/gpt's options.
 struct extra_options {
   std::uint32_t seed = 1234;
-  int threads = 2;
+  // libtorch's OpenMP workers spin at barriers: on 2 cores shared with other work (load 9-13), a
+  // 2-thread run of the test size did not finish in 10 minutes; a 1-thread run takes about 8 s.
+  int threads = 1;
 };
 
 constexpr const char* usage =
@@ -64,7 +66,7 @@ constexpr const char* usage =
     "d_model 128, 4 heads, context 128, batch 8, 200 steps); --boundary applies to the delayed recipe (the\n"
     "others keep no state to update). Also:\n"
     "  --seed     seed of the initial weights, the batches and the sample (default 1234)\n"
-    "  --threads  libtorch's intra-op threads (default 2)\n";
+    "  --threads  libtorch's intra-op threads (default 1; more help only on otherwise idle cores)\n";
 
 // ---- the model --------------------------------------------------------------------------------------
 
@@ -249,7 +251,7 @@ run_result train(const gpt::options& o, const extra_options& x, const gpt::corpu
                                                               ids_tensor(b.y, B).view({-1})));
       }
     }
-    bwd_at.push_back(mgr.stats().backward_updates);
+    bwd_at.push_back(mgr.stats().backward_updates);  // (for the report: updates per step)
     if (scoped) {
       auto scope = mgr.backward_scope();  // every micro-batch's backward is one logical backward
       for (const auto& loss : losses) (loss / o.micro_batches).backward();
