@@ -8,11 +8,15 @@
 //   bookkeeping  a cast is plan_cast + one max-accumulate of a synthetic amax into the staging slot
 //   casts        a cast also quantizes a 1024-element fp32 tensor with the host backend
 // by_hand: the same casts with pointers into two delayed_bucket objects, a bool for "pending", direct
-// update calls. Ratio = manager / by_hand (target <= 1.05).
+// update calls. Ratio = manager / by_hand (target <= 1.05). `bench_manager --steps=N --case=NAME` runs
+// N steps of one step case and nothing else: scripts/instructions.sh counts their instructions.
 #include <benchmark/benchmark.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -81,99 +85,136 @@ Boundary make_boundary(bench_task& task) {
   else return Boundary{};
 }
 
+/// One 100-module step through the manager. The cases are classes (set up once, step() per
+/// iteration) so that scripts/instructions.sh can run a fixed number of steps under callgrind.
 template <class Boundary, bool Casts>
-void bm_manager_step(benchmark::State& st) {
-  bench_task task;
-  using M = tequant::quantization_manager<tequant::delayed_scaling<>, Boundary, tequant::no_recompute>;
-  M m({}, make_boundary<Boundary>(task));
-  // A module looks its slots up once, at registration (as TE modules hold their quantizers).
-  std::vector<tequant::module_handle> h;
-  std::vector<tequant::slot_id> fs, bs;
-  for (int i = 0; i < modules; ++i) {
-    h.push_back(m.register_module("m"));
-    for (auto r : {tequant::forward_role::input, tequant::forward_role::weight, tequant::forward_role::output})
-      fs.push_back(m.slot(h.back(), r));
-    for (auto r : {tequant::backward_role::grad_output, tequant::backward_role::grad_input})
-      bs.push_back(m.slot(h.back(), r));
+class manager_case {
+ public:
+  manager_case() : m_({}, make_boundary<Boundary>(task_)) {
+    // A module looks its slots up once, at registration (as TE modules hold their quantizers).
+    for (int i = 0; i < modules; ++i) {
+      h_.push_back(m_.register_module("m"));
+      for (auto r : {tequant::forward_role::input, tequant::forward_role::weight, tequant::forward_role::output})
+        fs_.push_back(m_.slot(h_.back(), r));
+      for (auto r : {tequant::backward_role::grad_output, tequant::backward_role::grad_input})
+        bs_.push_back(m_.slot(h_.back(), r));
+    }
   }
-  tensors t;
-  const auto& be = m.backend();
-  float amax = 1.0f;
-  for (auto _ : st) {
+
+  void step() {
+    const auto& be = m_.backend();
     {
-      auto ac = m.autocast();
+      auto ac = m_.autocast();
       for (int i = 0; i < modules; ++i) {
-        (void)m.module_forward(h[i]);
+        (void)m_.module_forward(h_[static_cast<std::size_t>(i)]);
         for (int k = 0; k < 3; ++k) {
-          const auto p = m.plan_cast(fs[static_cast<std::size_t>(3 * i + k)]);
-          do_cast<Casts>(be, t, p.scale, p.amax, p.dtype, amax);
+          const auto p = m_.plan_cast(fs_[static_cast<std::size_t>(3 * i + k)]);
+          do_cast<Casts>(be, t_, p.scale, p.amax, p.dtype, amax_);
         }
       }
     }
     auto backward = [&] {
       for (int i = modules - 1; i >= 0; --i) {
         for (int k = 0; k < 2; ++k) {
-          const auto p = m.plan_cast(bs[static_cast<std::size_t>(2 * i + k)]);
-          do_cast<Casts>(be, t, p.scale, p.amax, p.dtype, amax);
+          const auto p = m_.plan_cast(bs_[static_cast<std::size_t>(2 * i + k)]);
+          do_cast<Casts>(be, t_, p.scale, p.amax, p.dtype, amax_);
         }
-        m.request_backward_update();
+        m_.request_backward_update();
       }
     };
     if constexpr (std::is_same_v<Boundary, tequant::explicit_scope>) {
-      auto s = m.backward_scope();
+      auto s = m_.backward_scope();
       backward();
     } else if constexpr (std::is_same_v<Boundary, callback>) {
-      task.in_task = true;
+      task_.in_task = true;
       backward();
-      bench_hooks{&task}.end_task();
+      bench_hooks{&task_}.end_task();
     } else {
-      backward();  // flushed at the next iteration's autocast entry
+      backward();  // flushed at the next step's autocast entry
     }
-    amax = amax < 64.0f ? amax * 1.5f : 1.0f;
+    amax_ = amax_ < 64.0f ? amax_ * 1.5f : 1.0f;
   }
-  m.flush_backward_update();
-  if (m.stats().forward_updates != static_cast<std::uint64_t>(st.iterations()) ||
-      m.stats().backward_updates != static_cast<std::uint64_t>(st.iterations()))
-    st.SkipWithError("update counts are not one per step");
-  st.SetItemsProcessed(st.iterations() * modules);
-}
 
-template <bool Casts>
-void bm_by_hand_step(benchmark::State& st) {
-  tequant::host_backend be;
-  const tequant::delayed_params params;
-  tequant::delayed_bucket<tequant::host_backend> fwd(params.history_length), bwd(params.history_length);
-  for (int i = 0; i < modules; ++i) {
-    for (int k = 0; k < 3; ++k) (void)fwd.add_slot();
-    for (int k = 0; k < 2; ++k) (void)bwd.add_slot();
+  /// Whether `steps` steps made exactly one forward and one backward update each.
+  bool one_update_per_step(std::uint64_t steps) {
+    m_.flush_backward_update();
+    return m_.stats().forward_updates == steps && m_.stats().backward_updates == steps;
   }
-  using R = tequant::delayed_scaling<>;
-  const auto fwd_args = R::update_args(params, tequant::direction::forward);
-  const auto bwd_args = R::update_args(params, tequant::direction::backward);
-  const auto fd = R::dtype(params, tequant::direction::forward), bd = R::dtype(params, tequant::direction::backward);
-  tensors t;
-  float amax = 1.0f;
-  bool pending = false;
-  for (auto _ : st) {
+
+ private:
+  using manager_type = tequant::quantization_manager<tequant::delayed_scaling<>, Boundary, tequant::no_recompute>;
+  bench_task task_;
+  manager_type m_;
+  std::vector<tequant::module_handle> h_;
+  std::vector<tequant::slot_id> fs_, bs_;
+  tensors t_;
+  float amax_ = 1.0f;
+};
+
+/// The same step by hand: two buckets, slot indices computed in place, a bool for "pending".
+template <bool Casts>
+class by_hand_case {
+ public:
+  by_hand_case() : fwd_(params_.history_length), bwd_(params_.history_length) {
+    for (int i = 0; i < modules; ++i) {
+      for (int k = 0; k < 3; ++k) (void)fwd_.add_slot();
+      for (int k = 0; k < 2; ++k) (void)bwd_.add_slot();
+    }
+    // Pointers taken once, as a hand-written trainer would: no per-cast bounds check. The manager's
+    // plan_cast does check that the slot belongs to it (two compares): work the twin does not do.
+    fwd_scale_ = fwd_.scale_data();
+    bwd_scale_ = bwd_.scale_data();
+    fwd_staging_ = fwd_.staging().data();
+    bwd_staging_ = bwd_.staging().data();
+  }
+
+  void step() {
     for (int i = 0; i < modules; ++i)
       for (std::uint32_t k = 0; k < 3; ++k) {
         const std::uint32_t j = static_cast<std::uint32_t>(3 * i) + k;
-        do_cast<Casts>(be, t, fwd.scale_ptr(j), fwd.staging_ptr(j), fd, amax);
+        do_cast<Casts>(be_, t_, fwd_scale_ + j, fwd_staging_ + j, fd_, amax_);
       }
-    fwd.update(R::algo_type{}, fwd_args);
+    fwd_.update(R::algo_type{}, fwd_args_);
     for (int i = modules - 1; i >= 0; --i) {
       for (std::uint32_t k = 0; k < 2; ++k) {
         const std::uint32_t j = static_cast<std::uint32_t>(2 * i) + k;
-        do_cast<Casts>(be, t, bwd.scale_ptr(j), bwd.staging_ptr(j), bd, amax);
+        do_cast<Casts>(be_, t_, bwd_scale_ + j, bwd_staging_ + j, bd_, amax_);
       }
-      benchmark::DoNotOptimize(pending = true);
+      benchmark::DoNotOptimize(pending_ = true);
     }
-    if (pending) {
-      pending = false;
-      bwd.update(R::algo_type{}, bwd_args);
+    if (pending_) {
+      pending_ = false;
+      bwd_.update(R::algo_type{}, bwd_args_);
     }
-    amax = amax < 64.0f ? amax * 1.5f : 1.0f;
+    amax_ = amax_ < 64.0f ? amax_ * 1.5f : 1.0f;
   }
+
+  bool one_update_per_step(std::uint64_t) const { return true; }  // nothing to count: the updates are explicit
+
+ private:
+  using R = tequant::delayed_scaling<>;
+  tequant::host_backend be_;
+  const tequant::delayed_params params_;
+  tequant::delayed_bucket<tequant::host_backend> fwd_, bwd_;
+  const tequant::delayed_update_args fwd_args_ = R::update_args(params_, tequant::direction::forward);
+  const tequant::delayed_update_args bwd_args_ = R::update_args(params_, tequant::direction::backward);
+  const tequant::fp8_dtype fd_ = R::dtype(params_, tequant::direction::forward);
+  const tequant::fp8_dtype bd_ = R::dtype(params_, tequant::direction::backward);
+  const float* fwd_scale_ = nullptr;
+  const float* bwd_scale_ = nullptr;
+  float* fwd_staging_ = nullptr;
+  float* bwd_staging_ = nullptr;
+  tensors t_;
+  float amax_ = 1.0f;
+  bool pending_ = false;
+};
+
+template <class Case>
+void bm_step(benchmark::State& st) {
+  Case c;
+  for (auto _ : st) c.step();
+  if (!c.one_update_per_step(static_cast<std::uint64_t>(st.iterations())))
+    st.SkipWithError("update counts are not one per step");
   st.SetItemsProcessed(st.iterations() * modules);
 }
 
@@ -200,18 +241,55 @@ void bm_request(benchmark::State& st) {
   st.SetItemsProcessed(st.iterations());
 }
 
+// The step cases by name: the benchmarks below, and `bench_manager --steps=N --case=NAME`, which runs
+// N steps of one case and nothing else (scripts/instructions.sh counts their instructions).
+template <class Case>
+int run_steps(long steps) {
+  Case c;
+  for (long i = 0; i < steps; ++i) c.step();
+  return c.one_update_per_step(static_cast<std::uint64_t>(steps)) ? 0 : 1;
+}
+
+struct step_case {
+  const char* name;
+  void (*bench)(benchmark::State&);
+  int (*run)(long);
+};
+
+template <class Case>
+constexpr step_case make_case(const char* name) {
+  return {name, &bm_step<Case>, &run_steps<Case>};
+}
+
+constexpr step_case step_cases[] = {
+    make_case<by_hand_case<false>>("step100/bookkeeping/by_hand"),
+    make_case<manager_case<callback, false>>("step100/bookkeeping/engine_callback"),
+    make_case<manager_case<tequant::autocast_entry, false>>("step100/bookkeeping/autocast_entry"),
+    make_case<manager_case<tequant::explicit_scope, false>>("step100/bookkeeping/explicit_scope"),
+    make_case<by_hand_case<true>>("step100/casts/by_hand"),
+    make_case<manager_case<callback, true>>("step100/casts/engine_callback"),
+    make_case<manager_case<tequant::autocast_entry, true>>("step100/casts/autocast_entry"),
+    make_case<manager_case<tequant::explicit_scope, true>>("step100/casts/explicit_scope"),
+};
+
 }  // namespace
 
-BENCHMARK_TEMPLATE(bm_by_hand_step, false)->Name("step100/bookkeeping/by_hand");
-BENCHMARK_TEMPLATE(bm_manager_step, callback, false)->Name("step100/bookkeeping/engine_callback");
-BENCHMARK_TEMPLATE(bm_manager_step, tequant::autocast_entry, false)->Name("step100/bookkeeping/autocast_entry");
-BENCHMARK_TEMPLATE(bm_manager_step, tequant::explicit_scope, false)->Name("step100/bookkeeping/explicit_scope");
-BENCHMARK_TEMPLATE(bm_by_hand_step, true)->Name("step100/casts/by_hand");
-BENCHMARK_TEMPLATE(bm_manager_step, callback, true)->Name("step100/casts/engine_callback");
-BENCHMARK_TEMPLATE(bm_manager_step, tequant::autocast_entry, true)->Name("step100/casts/autocast_entry");
-BENCHMARK_TEMPLATE(bm_manager_step, tequant::explicit_scope, true)->Name("step100/casts/explicit_scope");
-BENCHMARK_TEMPLATE(bm_request, callback)->Name("request/engine_callback");
-BENCHMARK_TEMPLATE(bm_request, tequant::autocast_entry)->Name("request/autocast_entry");
-BENCHMARK_TEMPLATE(bm_request, tequant::explicit_scope)->Name("request/explicit_scope");
-
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  if (argc == 3 && std::string_view(argv[1]).starts_with("--steps=") && std::string_view(argv[2]).starts_with("--case=")) {
+    const long steps = std::atol(argv[1] + 8);
+    const std::string_view name = argv[2] + 7;
+    for (const auto& c : step_cases)
+      if (name == c.name) return c.run(steps);
+    std::fprintf(stderr, "bench_manager: no case '%.*s'\n", static_cast<int>(name.size()), name.data());
+    return 2;
+  }
+  for (const auto& c : step_cases) benchmark::RegisterBenchmark(c.name, c.bench);
+  benchmark::RegisterBenchmark("request/engine_callback", &bm_request<callback>);
+  benchmark::RegisterBenchmark("request/autocast_entry", &bm_request<tequant::autocast_entry>);
+  benchmark::RegisterBenchmark("request/explicit_scope", &bm_request<tequant::explicit_scope>);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -7,7 +7,7 @@ profile=${1:-all}
 packages=(cmake g++ make)
 if [[ $profile == all ]]; then
   packages+=(doctest-dev libbenchmark-dev libopenblas-dev libopenmpi-dev openmpi-bin libtorch-dev libgloo-dev
-             clang-14 libclang-rt-14-dev gnuplot-nox python3)
+             clang-14 libclang-rt-14-dev gnuplot-nox python3 valgrind)
 fi
 
 missing=()

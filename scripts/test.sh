@@ -29,6 +29,15 @@ cmake --build --preset ci -j "$jobs" --target all_verify_interface_header_sets
 stage "ctest (ci preset)"
 ctest --preset ci -j "$jobs" --timeout 900
 
+# Figures a change can move but wall time on a shared machine cannot show: instructions per step of
+# the manager's benchmark cases (callgrind) and what including tequant costs a translation unit.
+# Printed, never asserted.
+stage "instructions per step (callgrind)"
+scripts/instructions.sh build/instructions
+
+stage "compile time (printed)"
+scripts/compile-time.sh
+
 # Sanitizers (clang 14, host backend only: libtorch, MPI and CUDA are not sanitizer-built): ASan+UBSan
 # on the host suite and the fuzzers, TSan on the "concurrency" tests (test name = target).
 san=(-DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTEQUANT_WERROR=ON -DTEQUANT_ENABLE_CUDA=OFF -DTEQUANT_ENABLE_MPI=OFF

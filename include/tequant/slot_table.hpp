@@ -48,9 +48,11 @@ class slot_table {
   std::span<const bucket_info> buckets() const noexcept { return buckets_; }
   std::span<const module_info> modules() const noexcept { return modules_; }
 
+  /// Called on every module_forward: the message is built out of line (require's arguments would be
+  /// evaluated on every call).
   const module_info& module(module_handle m, const char* where) const {
-    require(m.index < modules_.size(), where, ": module handle ", m.index, " is not registered (", modules_.size(),
-            " modules)");
+    if (m.index >= modules_.size()) [[unlikely]]
+      bad_module(m, where);
     return modules_[m.index];
   }
   const bucket_info& bucket(std::uint32_t b) const {
@@ -273,6 +275,10 @@ class slot_table {
 
   static void check_gemm(const module_info& info, std::uint32_t gemm) {
     require(gemm < info.num_gemms, "slot: module '", info.name, "' has ", info.num_gemms, " GEMMs, asked for ", gemm);
+  }
+
+  [[noreturn, gnu::noinline, gnu::cold]] void bad_module(module_handle m, const char* where) const {
+    fail(where, ": module handle ", m.index, " is not registered (", modules_.size(), " modules)");
   }
 
   [[noreturn, gnu::noinline, gnu::cold]] static void bad_slot(slot_id s, const char* where) {

@@ -20,6 +20,11 @@
 #include "tequant/error.hpp"
 #include "tequant/format/bits.hpp"
 
+#if (defined(__SSE2__) || defined(_M_X64)) && !defined(__CUDA_ARCH__)
+#include <emmintrin.h>
+#define TEQUANT_DELAYED_SSE2 1
+#endif
+
 namespace tequant {
 
 /// Trivially copyable view of one bucket's delayed-scaling state; the host loop and the CUDA kernel
@@ -165,53 +170,104 @@ inline constexpr std::uint32_t window_scan_max_length = 64;
 
 namespace detail {
 
+/// window_scan_max on the host, four lanes at a time. maxps(x, m) returns m when x is NaN or not
+/// greater, so a chain of them from +0 is the fmaxf chain from 0 over positive non-NaN values: the
+/// same float, bit for bit, as the key scan (the lanes' maxima are non-NaN and >= +0, so combining
+/// them in any order gives that float too).
+template <std::uint32_t FixedL>
+inline float ring_max_host(const float* ring, std::uint32_t length) noexcept {
+  const std::uint32_t L = FixedL != 0 ? FixedL : length;
+#ifdef TEQUANT_DELAYED_SSE2
+  __m128 m0 = _mm_setzero_ps(), m1 = _mm_setzero_ps();
+  std::uint32_t i = 0;
+  for (; i + 8 <= L; i += 8) {
+    m0 = _mm_max_ps(_mm_loadu_ps(ring + i), m0);
+    m1 = _mm_max_ps(_mm_loadu_ps(ring + i + 4), m1);
+  }
+  if (i + 4 <= L) {
+    m0 = _mm_max_ps(_mm_loadu_ps(ring + i), m0);
+    i += 4;
+  }
+  for (; i < L; ++i) m0 = _mm_max_ps(_mm_set1_ps(ring[i]), m0);
+  m0 = _mm_max_ps(m0, m1);
+  m0 = _mm_max_ps(m0, _mm_movehl_ps(m0, m0));
+  m0 = _mm_max_ss(m0, _mm_shuffle_ps(m0, m0, 1));
+  return _mm_cvtss_f32(m0);
+#else
+  return window_scan_max(ring, L);
+#endif
+}
+
 /// The host update without the deque, in three loops over the bucket: the slot's ring is the whole
 /// state and the deque is marked stale (whatever needs it later rebuilds it from the ring). Same
-/// results as delayed_update_slot on every slot. Slot-by-slot code with the update's branches spends
-/// most of its time in mispredictions (about one slot in ten is unused, c == 0, and which ones is not
-/// predictable); split like this, each loop is a simple one the compiler if-converts and vectorises.
+/// results as delayed_update_slot on every slot. About one slot in ten is unused (c == 0) and which
+/// ones is not predictable, so every loop is branch-free: slot-by-slot code with the update's
+/// branches spends most of its time in mispredictions.
 template <bool UsesWindow, std::uint32_t FixedL = 0, class Algo>
 inline void delayed_update_bucket_ring(const delayed_bucket_view& v, Algo algo, delayed_update_args args) noexcept {
   // FixedL: the common history lengths as constants, so the scan of a short ring is straight-line code.
   const std::uint32_t L = FixedL != 0 ? FixedL : v.history_length, n = v.slots;
-  {
-    // Pass 1 commits: a conditional scatter the compiler can vectorise (masked, with AVX-512).
-    float* __restrict staging = v.staging;
-    float* __restrict ring = v.ring;
-    std::uint32_t* __restrict head = v.ring_head;
-    for (std::uint32_t j = 0; j < n; ++j) {
-      const float c = staging[j];
-      const std::uint32_t h = head[j];
-      if (c != 0.0f) {
-        ring[static_cast<std::size_t>(j) * L + h] = c;
-        head[j] = h + 1 == L ? 0 : h + 1;
-      }
-    }
-  }
-  {
-    // The amax each scale comes from, left in staging for pass 2 (most_recent's is c itself, and
-    // the store writes back what was read). The window scans read rings committed a whole pass
-    // earlier: scanning a line right after a narrow store into it would wait for that store.
-    // A zero amax of a used slot is marked -1, which leaves the scale as 0 does.
-    const float* __restrict ring = v.ring;
-    float* __restrict staging = v.staging;
-    for (std::uint32_t j = 0; j < n; ++j) {
-      const float c = staging[j];
-      const float a = algo(c, UsesWindow ? window_scan_max(ring + static_cast<std::size_t>(j) * L, L) : 0.0f);
-      staging[j] = c == 0.0f ? c : (a == 0.0f ? -1.0f : a);
-    }
-  }
   float* __restrict staging = v.staging;
-  float* __restrict scale = v.scale;
-  std::uint32_t* __restrict wsize = v.window_size;
-  const float scaled_max = args.scaled_max;
+  float* __restrict ring = v.ring;
+  std::uint32_t* __restrict head = v.ring_head;
+  // window_size is scratch until pass 3 marks every deque stale: pass 2 leaves each slot's amax there.
+  std::uint32_t* __restrict amax_bits = v.window_size;
   for (std::uint32_t j = 0; j < n; ++j) {
-    const float a = staging[j];
+    // Pass 1 commits. With AVX-512 GCC turns the conditional store into a masked scatter. Without
+    // it, it would be a branch: there an unused slot rewrites the entry it would have overwritten
+    // and keeps its head, and the mask goes through an empty asm so that GCC does not turn the
+    // blend back into a conditional store.
+    const float c = staging[j];
+    const std::uint32_t h = head[j], next = h + 1 == L ? 0 : h + 1;
+    float* entry = ring + static_cast<std::size_t>(j) * L + h;
+#if defined(__AVX512F__) || !(defined(__GNUC__) || defined(__clang__))
+    if (c != 0.0f) {
+      *entry = c;
+      head[j] = next;
+    }
+#else
+    std::uint32_t used = c != 0.0f ? 0xFFFFFFFFu : 0u;
+    __asm__("" : "+r"(used));
+    *entry = bits_float((float_bits(c) & used) | (float_bits(*entry) & ~used));
+    head[j] = (next & used) | (h & ~used);
+#endif
+    if constexpr (!UsesWindow) amax_bits[j] = float_bits(algo(c, 0.0f));
+  }
+  // Pass 2: the amax each scale comes from. The window scans read rings committed a whole pass
+  // earlier: scanning a line right after a narrow store into it would wait for that store.
+  if constexpr (UsesWindow) {
+    for (std::uint32_t j = 0; j < n; ++j)
+      amax_bits[j] = float_bits(algo(staging[j], ring_max_host<FixedL>(ring + static_cast<std::size_t>(j) * L, L)));
+  }
+  // Pass 3: scale = scaled_max / a (FLT_MAX for inf) where the slot is used and a is finite and > 0;
+  // a used slot's staging is reset, an unused one keeps its +-0.
+  float* __restrict scale = v.scale;
+  const float scaled_max = args.scaled_max;
+  std::uint32_t j = 0;
+#if defined(TEQUANT_DELAYED_SSE2) && !defined(__AVX512F__)  // with AVX-512 the loop below vectorises 16-wide
+  const __m128 zero = _mm_setzero_ps(), inf = _mm_set1_ps(bits_float(0x7F800000u)), fmax = _mm_set1_ps(float_max);
+  const __m128 num = _mm_set1_ps(scaled_max);
+  const __m128i stale = _mm_set1_epi32(static_cast<int>(window_stale));
+  for (; j + 4 <= n; j += 4) {
+    const __m128 c = _mm_loadu_ps(staging + j);
+    const __m128 a = _mm_castsi128_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(amax_bits + j)));
+    const __m128 unused = _mm_cmpeq_ps(c, zero);
+    // a > 0 and a < inf are both false for NaN; then 0 < scaled_max / a <= inf.
+    const __m128 take = _mm_andnot_ps(unused, _mm_and_ps(_mm_cmpgt_ps(a, zero), _mm_cmplt_ps(a, inf)));
+    const __m128 s = _mm_min_ps(_mm_div_ps(num, a), fmax);
+    const __m128 old = _mm_loadu_ps(scale + j);
+    _mm_storeu_ps(scale + j, _mm_or_ps(_mm_and_ps(take, s), _mm_andnot_ps(take, old)));
+    _mm_storeu_ps(staging + j, _mm_and_ps(unused, c));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(amax_bits + j), stale);
+  }
+#endif
+  for (; j < n; ++j) {
+    const float c = staging[j], a = bits_float(amax_bits[j]);
     float s = div_rn(scaled_max, a);
     s = is_inf(s) ? float_max : s;
-    scale[j] = is_finite(a) && a > 0.0f ? s : scale[j];
-    staging[j] = a == 0.0f ? a : 0.0f;  // an unused slot keeps its +-0, a used one is reset
-    wsize[j] = window_stale;
+    scale[j] = c != 0.0f && is_finite(a) && a > 0.0f ? s : scale[j];
+    staging[j] = c == 0.0f ? c : 0.0f;
+    amax_bits[j] = window_stale;
   }
 }
 

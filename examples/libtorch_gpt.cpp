@@ -1,0 +1,471 @@
+// SPDX-License-Identifier: Apache-2.0
+// The character-level GPT of examples/gpt, written with libtorch modules: token and position
+// embeddings, pre-LayerNorm blocks (causal multi-head self-attention, GELU MLP), an output head. The
+// four GEMMs of each block (QKV, attention output, MLP up and down) are tequant::fp8_linear, so their
+// input, weight and grad_output are cast through the manager's recipe; embeddings, LayerNorm, softmax
+// attention, the head and the loss stay FP32. Each block is a tequant::checkpoint (recomputed in the
+// backward). Trained twice on the frozen corpus of examples/gpt (the same split): FP32, then FP8.
+//
+//   libtorch_gpt [the flags of examples/gpt that apply] [--seed N] [--threads N]   (--help lists them)
+#include "tequant/integration/libtorch.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <limits>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "gpt/corpus.hpp"
+#include "gpt/options.hpp"
+#include "tequant/boundary/autocast_entry.hpp"
+#include "tequant/boundary/engine_callback.hpp"
+#include "tequant/boundary/explicit_scope.hpp"
+#include "tequant/boundary/first_module_owner.hpp"
+#include "tequant/manager.hpp"
+#include "tequant/recipe/block.hpp"
+#include "tequant/recipe/current.hpp"
+#include "tequant/recipe/delayed.hpp"
+#include "tequant/recipe/mxfp8.hpp"
+
+namespace {
+
+using tensors = torch::autograd::variable_list;
+constexpr std::size_t validation_windows = 16;  // as examples/gpt
+
+/// What libtorch_gpt takes on top of examples/gpt's options.
+struct extra_options {
+  std::uint32_t seed = 1234;
+  int threads = 2;
+};
+
+constexpr const char* usage =
+    "usage: libtorch_gpt [--recipe delayed|current|mxfp8|block] [--boundary engine|autocast|scope|first-module]\n"
+    "                    [--recompute none|reentrant|nested] [--steps N] [--layers N] [--d-model N] [--heads N]\n"
+    "                    [--context N] [--batch N] [--micro-batches N] [--eval-every N] [--lr X] [--sample N]\n"
+    "                    [--data FILE] [--out DIR] [--fp8-only] [--quiet] [--seed N] [--threads N] [--help]\n"
+    "\n"
+    "The GPT of examples/gpt on libtorch: trains it in FP32, then with every GEMM operand of its QKV,\n"
+    "attention output and MLP projections through tequant::fp8_linear, each block a tequant::checkpoint,\n"
+    "and compares their validation losses. The flags mean what they mean for `gpt` (defaults: 4 layers,\n"
+    "d_model 128, 4 heads, context 128, batch 8, 200 steps); --boundary applies to the delayed recipe (the\n"
+    "others keep no state to update). Also:\n"
+    "  --seed     seed of the initial weights, the batches and the sample (default 1234)\n"
+    "  --threads  libtorch's intra-op threads (default 2)\n";
+
+// ---- the model --------------------------------------------------------------------------------------
+
+// example-begin libtorch_gpt_block
+/// Pre-LayerNorm block: h + attn_out(attention(qkv(ln1(h)))), then + mlp_down(gelu(mlp_up(ln2(.)))).
+template <class Manager>
+struct block_module : torch::nn::Module {
+  using linear = tequant::fp8_linear<Manager>;
+
+  block_module(Manager& mgr, const std::string& prefix, std::int64_t d, std::int64_t n_heads)
+      : heads(n_heads),
+        ln1(register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})))),
+        ln2(register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})))),
+        qkv(register_module("qkv", std::make_shared<linear>(mgr, prefix + "qkv", d, 3 * d))),
+        proj(register_module("attn_out", std::make_shared<linear>(mgr, prefix + "attn_out", d, d))),
+        fc1(register_module("mlp_up", std::make_shared<linear>(mgr, prefix + "mlp_up", d, 4 * d))),
+        fc2(register_module("mlp_down", std::make_shared<linear>(mgr, prefix + "mlp_down", 4 * d, d))) {}
+
+  torch::Tensor forward(const torch::Tensor& h) {  // h: [B, T, d]
+    const std::int64_t B = h.size(0), T = h.size(1), d = h.size(2), hd = d / heads;
+    // [B, T, 3d] -> q, k, v as [B, heads, T, hd]; softmax attention in FP32
+    const auto parts = qkv->forward(ln1(h)).view({B, T, 3, heads, hd}).permute({2, 0, 3, 1, 4});
+    const torch::Tensor future = torch::ones({T, T}, torch::kBool).triu(1);
+    const torch::Tensor weights = torch::matmul(parts[0], parts[1].transpose(-2, -1))
+                                      .div(std::sqrt(static_cast<double>(hd)))
+                                      .masked_fill(future, -std::numeric_limits<float>::infinity())
+                                      .softmax(-1);
+    const torch::Tensor attended = torch::matmul(weights, parts[2]).transpose(1, 2).reshape({B, T, d});
+    const torch::Tensor a = h + proj->forward(attended);
+    return a + fc2->forward(torch::gelu(fc1->forward(ln2(a))));
+  }
+
+  std::int64_t heads;
+  torch::nn::LayerNorm ln1, ln2;
+  std::shared_ptr<linear> qkv, proj, fc1, fc2;  // the quantized GEMMs
+};
+// example-end
+
+template <class Manager>
+struct gpt_model : torch::nn::Module {
+  gpt_model(Manager& mgr, const gpt::options& o, std::int64_t vocab) : mgr(mgr), rc(o.rc) {
+    const std::int64_t d = o.d_model;
+    tok = register_module("tok", torch::nn::Embedding(vocab, d));
+    pos = register_parameter("pos", torch::empty({o.context, d}));
+    for (int b = 0; b < o.layers; ++b) {
+      const std::string p = "block" + std::to_string(b) + ".";
+      blocks.push_back(register_module("block" + std::to_string(b), std::make_shared<block_module<Manager>>(mgr, p, d, o.heads)));
+    }
+    lnf = register_module("lnf", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
+    head = register_module("head", torch::nn::Linear(torch::nn::LinearOptions(d, vocab).bias(false)));
+    torch::NoGradGuard no_grad;  // the initialisation of examples/gpt
+    tok->weight.normal_(0.0, 0.02);
+    pos.normal_(0.0, 0.02);
+    head->weight.normal_(0.0, 1.0 / std::sqrt(static_cast<double>(d)));
+  }
+
+  // example-begin libtorch_gpt_forward
+  /// Logits [B*T, vocab] for ids [B, T].
+  torch::Tensor forward(const torch::Tensor& ids) {
+    const std::int64_t T = ids.size(1);
+    torch::Tensor h = tok(ids) + pos.narrow(0, 0, T);
+    const std::size_t n = blocks.size();
+    for (std::size_t b = 0; b < n;) {
+      if (rc == gpt::recompute::nested && b + 1 < n) {
+        // a checkpoint of two blocks whose blocks are checkpoints too (replays inside a replay)
+        auto pair = [this, b](const tensors& v) { return tensors{one_block(b + 1, one_block(b, v[0]))}; };
+        h = tequant::checkpoint(mgr, pair, {h}, tequant::checkpoint_mode::reentrant,
+                                "blocks" + std::to_string(b) + "-" + std::to_string(b + 1))[0];
+        b += 2;
+      } else {
+        h = one_block(b, h);
+        b += 1;
+      }
+    }
+    return head(lnf(h)).view({-1, head->weight.size(0)});
+  }
+
+  torch::Tensor one_block(std::size_t b, const torch::Tensor& x) {
+    if (rc == gpt::recompute::none) return blocks[b]->forward(x);
+    auto body = [this, b](const tensors& v) { return tensors{blocks[b]->forward(v[0])}; };
+    return tequant::checkpoint(mgr, body, {x}, tequant::checkpoint_mode::reentrant, "block" + std::to_string(b))[0];
+  }
+  // example-end
+
+  Manager& mgr;
+  gpt::recompute rc;
+  torch::nn::Embedding tok{nullptr};
+  torch::Tensor pos;
+  std::vector<std::shared_ptr<block_module<Manager>>> blocks;
+  torch::nn::LayerNorm lnf{nullptr};
+  torch::nn::Linear head{nullptr};
+};
+
+// ---- training -------------------------------------------------------------------------------------
+
+struct run_result {
+  std::vector<float> train_loss;  // per step (mean over the micro-batches)
+  std::vector<int> val_step;
+  std::vector<float> val_loss;
+  std::vector<std::uint64_t> forward_updates, backward_updates;  // per step
+  bool stateful = false;
+  float scale_lo[3] = {0, 0, 0}, scale_hi[3] = {0, 0, 0};  // per role (input, weight, grad_output)
+  bool scale_seen = false;
+  std::string sample;
+  double seconds = 0.0, tokens_per_second = 0.0;
+};
+
+torch::Tensor ids_tensor(const std::vector<std::uint32_t>& ids, std::int64_t rows) {
+  std::vector<std::int64_t> v(ids.begin(), ids.end());
+  return torch::from_blob(v.data(), {static_cast<std::int64_t>(v.size())}, torch::kLong).clone().view({rows, -1});
+}
+
+template <class Manager>
+float validation_loss(Manager& mgr, gpt_model<Manager>& net, const gpt::corpus::batch_ids& v, bool fp8) {
+  torch::NoGradGuard no_grad;                            // before the region: no forward update at its exit
+  tequant::libtorch_autocast<Manager> region(mgr, fp8);
+  const auto rows = static_cast<std::int64_t>(validation_windows);
+  return torch::nn::functional::cross_entropy(net.forward(ids_tensor(v.x, rows)), ids_tensor(v.y, rows).view({-1}))
+      .template item<float>();
+}
+
+/// Characters sampled (temperature 0.8) from the model, starting from the validation text; the window
+/// is repeated so that the rows fill whole 32-row blocks (MXFP8 casts need that).
+template <class Manager>
+std::string sample_text(Manager& mgr, gpt_model<Manager>& net, const gpt::corpus& c, std::size_t T, int n, bool fp8,
+                        std::uint32_t seed) {
+  std::mt19937 rng(seed + 7);
+  const std::size_t copies = 32 / std::gcd(T, std::size_t(32));
+  std::vector<std::uint32_t> ctx(c.validation_ids().begin(), c.validation_ids().begin() + std::ptrdiff_t(T));
+  std::string out;
+  torch::NoGradGuard no_grad;
+  for (int i = 0; i < n; ++i) {
+    std::vector<std::uint32_t> ids;
+    for (std::size_t k = 0; k < copies; ++k) ids.insert(ids.end(), ctx.begin(), ctx.end());
+    torch::Tensor last;
+    {
+      tequant::libtorch_autocast<Manager> region(mgr, fp8);
+      last = net.forward(ids_tensor(ids, static_cast<std::int64_t>(copies)))[static_cast<std::int64_t>(T) - 1];
+    }
+    const torch::Tensor p = (last / 0.8).softmax(0).to(torch::kDouble).contiguous();
+    const double* pp = p.data_ptr<double>();
+    const auto id = static_cast<std::uint32_t>(std::discrete_distribution<std::size_t>(pp, pp + p.numel())(rng));
+    ctx.erase(ctx.begin());
+    ctx.push_back(id);
+    out.push_back(c.to_char(id));
+  }
+  return out;
+}
+
+/// Trains one model: quantized when `fp8`, FP32 otherwise (the same code; the region is disabled).
+template <class Recipe, class Boundary>
+run_result train(const gpt::options& o, const extra_options& x, const gpt::corpus& data, bool fp8) {
+  using manager = tequant::quantization_manager<Recipe, Boundary>;
+  manager mgr;  // the recipe's default parameters, as examples/gpt
+  const std::int64_t T = o.context, B = o.batch;
+  torch::manual_seed(x.seed + 1);
+  gpt_model<manager> net(mgr, o, static_cast<std::int64_t>(data.vocab()));
+  // Adam (betas 0.9, 0.95) with linear warmup and cosine decay to 10% of the peak, as examples/gpt
+  torch::optim::Adam opt(net.parameters(), torch::optim::AdamOptions(o.lr).betas(std::make_tuple(0.9, 0.95)).eps(1e-8));
+  const int warm = std::max(1, std::min(20, o.steps / 10));
+  std::mt19937 batch_rng(x.seed + 2);
+  const gpt::corpus::batch_ids val = data.validation_batch(validation_windows, std::size_t(T));
+  const int eval_every = o.eval_every > 0 ? o.eval_every : std::max(1, o.steps / 10);
+  const bool scoped = std::is_same_v<Boundary, tequant::explicit_scope> || o.micro_batches > 1;
+
+  run_result r;
+  r.stateful = manager::is_stateful;
+  std::vector<std::uint64_t> fwd_at{0}, bwd_at;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int step = 0; step < o.steps; ++step) {
+    const int t = step + 1;
+    const double progress = double(std::max(0, t - warm)) / double(std::max(1, o.steps - warm));
+    const double lr = t <= warm ? o.lr * t / warm : o.lr * (0.1 + 0.45 * (1.0 + std::cos(3.14159265358979 * progress)));
+    for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamOptions&>(g.options()).lr(lr);
+    // example-begin libtorch_gpt_step
+    tensors losses;
+    {
+      tequant::libtorch_autocast<manager> region(mgr, /*enabled=*/fp8);  // one forward update at its exit
+      for (int mb = 0; mb < o.micro_batches; ++mb) {
+        const auto b = data.train_batch(batch_rng, std::size_t(B), std::size_t(T));
+        losses.push_back(torch::nn::functional::cross_entropy(net.forward(ids_tensor(b.x, B)),
+                                                              ids_tensor(b.y, B).view({-1})));
+      }
+    }
+    bwd_at.push_back(mgr.stats().backward_updates);
+    if (scoped) {
+      auto scope = mgr.backward_scope();  // every micro-batch's backward is one logical backward
+      for (const auto& loss : losses) (loss / o.micro_batches).backward();
+    } else {
+      losses[0].backward();  // engine_callback: a final callback on libtorch's engine flushes the update
+    }
+    opt.step();
+    opt.zero_grad();
+    // example-end
+    fwd_at.push_back(mgr.stats().forward_updates);
+    float mean = 0.0f;
+    for (const auto& loss : losses) mean += loss.template item<float>() / float(o.micro_batches);
+    r.train_loss.push_back(mean);
+    if constexpr (manager::is_stateful) {
+      if (fp8) {
+        for (const auto& blk : net.blocks)
+          for (const auto* l : {blk->qkv.get(), blk->proj.get(), blk->fc1.get(), blk->fc2.get()}) {
+            const float s[3] = {mgr.scale(mgr.slot(l->handle(), tequant::forward_role::input)),
+                                mgr.scale(mgr.slot(l->handle(), tequant::forward_role::weight)),
+                                mgr.scale(mgr.slot(l->handle(), tequant::backward_role::grad_output))};
+            for (int k = 0; k < 3; ++k) {
+              r.scale_lo[k] = r.scale_seen ? std::min(r.scale_lo[k], s[k]) : s[k];
+              r.scale_hi[k] = r.scale_seen ? std::max(r.scale_hi[k], s[k]) : s[k];
+            }
+            r.scale_seen = true;
+          }
+      }
+    }
+    if (t % eval_every == 0 || t == o.steps) {
+      r.val_step.push_back(t);
+      r.val_loss.push_back(validation_loss(mgr, net, val, fp8));
+    }
+    if (!o.quiet && (t % std::max(1, o.steps / 10) == 0 || t == o.steps)) {
+      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::printf("  %-4s step %5d/%d  train %.4f  val %.4f (step %d)  %7.0f tok/s  ETA %4.0fs\n", fp8 ? "fp8" : "fp32",
+                  t, o.steps, double(mean), double(r.val_loss.empty() ? NAN : r.val_loss.back()),
+                  r.val_step.empty() ? 0 : r.val_step.back(), double(t) * double(o.micro_batches * B * T) / dt,
+                  dt / t * (o.steps - t));
+      std::fflush(stdout);
+    }
+  }
+  mgr.flush_backward_update();  // autocast_entry flushes a step's update at the next entry: the last one here
+  bwd_at.push_back(mgr.stats().backward_updates);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.tokens_per_second = double(o.steps) * double(o.micro_batches * B * T) / r.seconds;
+  for (int k = 0; k < o.steps; ++k) {
+    r.forward_updates.push_back(fwd_at[std::size_t(k) + 1] - fwd_at[std::size_t(k)]);
+    r.backward_updates.push_back(bwd_at[std::size_t(k) + 1] - bwd_at[std::size_t(k)]);
+  }
+  if (o.sample_chars > 0 && fp8) r.sample = sample_text(mgr, net, data, std::size_t(T), o.sample_chars, fp8, x.seed);
+  return r;
+}
+
+/// The boundary decides when the backward update runs; only a stateful recipe (delayed) has one.
+run_result train_any(const gpt::options& o, const extra_options& x, const gpt::corpus& data, bool fp8) {
+  using engine = tequant::engine_callback<tequant::libtorch_hooks>;
+  switch (o.rec) {
+    case gpt::recipe::delayed:
+      switch (o.bnd) {
+        case gpt::boundary::engine: return train<tequant::delayed_scaling<>, engine>(o, x, data, fp8);
+        case gpt::boundary::autocast: return train<tequant::delayed_scaling<>, tequant::autocast_entry>(o, x, data, fp8);
+        case gpt::boundary::scope: return train<tequant::delayed_scaling<>, tequant::explicit_scope>(o, x, data, fp8);
+        case gpt::boundary::first_module:
+          return train<tequant::delayed_scaling<>, tequant::first_module_owner>(o, x, data, fp8);
+      }
+      break;
+    case gpt::recipe::current: return train<tequant::current_scaling, engine>(o, x, data, fp8);
+    case gpt::recipe::mxfp8: return train<tequant::mxfp8_scaling, engine>(o, x, data, fp8);
+    case gpt::recipe::block: return train<tequant::block_scaling, engine>(o, x, data, fp8);
+  }
+  return {};
+}
+
+// ---- the report -----------------------------------------------------------------------------------
+
+std::string pow2(float v) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.3g (2^%.1f)", double(v), std::log2(double(v)));
+  return b;
+}
+
+void write_loss_csv(const std::string& path, const run_result* fp32, const run_result& fp8) {
+  std::ofstream f(path);
+  f << "step,train_loss_fp32,train_loss_fp8,val_loss_fp32,val_loss_fp8,forward_updates_fp8,backward_updates_fp8\n";
+  char buf[64];
+  auto num = [&](float v) {
+    std::snprintf(buf, sizeof buf, "%.9g", double(v));
+    return std::string(buf);
+  };
+  std::size_t v = 0;
+  for (std::size_t k = 0; k < fp8.train_loss.size(); ++k) {
+    const bool has_val = v < fp8.val_step.size() && fp8.val_step[v] == int(k + 1);
+    f << k + 1 << ',' << (fp32 ? num(fp32->train_loss[k]) : "") << ',' << num(fp8.train_loss[k]) << ','
+      << (has_val && fp32 ? num(fp32->val_loss[v]) : "") << ',' << (has_val ? num(fp8.val_loss[v]) : "") << ','
+      << fp8.forward_updates[k] << ',' << fp8.backward_updates[k] << '\n';
+    v += has_val;
+  }
+  if (!f) throw std::runtime_error("cannot write " + path);
+}
+
+int run(const gpt::options& o, const extra_options& x) {
+  torch::set_num_threads(x.threads);
+  const gpt::corpus data(o.data);
+  std::printf("tequant GPT on libtorch %s: recipe=%s boundary=%s recompute=%s steps=%d micro-batches=%d threads=%d\n",
+              TORCH_VERSION, gpt::name(o.rec), gpt::name(o.bnd), gpt::name(o.rc), o.steps, o.micro_batches, x.threads);
+  std::printf("model: %d layers, d_model %d, %d heads, context %d, vocab %zu; batch %d x %d micro-batch%s = %d tokens/step\n",
+              o.layers, o.d_model, o.heads, o.context, data.vocab(), o.batch, o.micro_batches,
+              o.micro_batches == 1 ? "" : "es", o.batch * o.micro_batches * o.context);
+  std::printf("data: %zu bytes (train %zu, validation %zu)\n", data.bytes(), data.train_size(), data.validation_size());
+  run_result fp32;
+  if (!o.fp8_only) fp32 = train_any(o, x, data, false);
+  const run_result fp8 = train_any(o, x, data, true);
+
+  std::map<std::pair<std::uint64_t, std::uint64_t>, int> per_step;
+  int wrong = 0;
+  std::uint64_t max_backward = 0;
+  for (int k = 0; k < o.steps; ++k) {
+    ++per_step[{fp8.forward_updates[std::size_t(k)], fp8.backward_updates[std::size_t(k)]}];
+    wrong += fp8.forward_updates[std::size_t(k)] != 1 || fp8.backward_updates[std::size_t(k)] != 1;
+    max_backward = std::max(max_backward, fp8.backward_updates[std::size_t(k)]);
+  }
+  const double l8 = fp8.val_loss.back(), l32 = o.fp8_only ? NAN : fp32.val_loss.back(), gap = (l8 - l32) / l32;
+  std::printf("\n%-36s %14s %14s\n", "", "FP32", "FP8");
+  std::printf("%-36s %14.4f %14.4f\n", "validation loss (final)", l32, l8);
+  std::printf("%-36s %14.4f %14.4f\n", "train loss (last step)", o.fp8_only ? NAN : double(fp32.train_loss.back()),
+              double(fp8.train_loss.back()));
+  std::printf("%-36s %14s %+13.2f%%\n", "relative gap (FP8 - FP32) / FP32", "", 100.0 * gap);
+  std::printf("%-36s %14s ", "updates per step (forward/backward)", "");
+  if (!fp8.stateful) {
+    std::printf("none: %s is stateless\n", gpt::name(o.rec));
+  } else {
+    bool first = true;
+    for (const auto& [fb, count] : per_step) {
+      std::printf("%s%llu/%llu on %d step%s", first ? "" : ", ", (unsigned long long)fb.first,
+                  (unsigned long long)fb.second, count, count == 1 ? "" : "s");
+      first = false;
+    }
+    std::printf("\n");
+  }
+  static const char* roles[] = {"input", "weight", "grad_output"};
+  for (int role = 0; role < 3; ++role) {
+    if (!fp8.scale_seen) {
+      if (role == 0) std::printf("%-36s %14s computed per cast (%s keeps no scales)\n", "scale range (per role)", "",
+                                 gpt::name(o.rec));
+      continue;
+    }
+    std::printf("%-36s %14s %-11s %s .. %s\n", role == 0 ? "scale range after each step (per role)" : "", "",
+                roles[role], pow2(fp8.scale_lo[role]).c_str(), pow2(fp8.scale_hi[role]).c_str());
+  }
+  std::printf("%-36s %13.1fs %13.1fs\n", "training time", fp32.seconds, fp8.seconds);
+  std::printf("%-36s %14.0f %14.0f\n", "tokens/s", fp32.tokens_per_second, fp8.tokens_per_second);
+  if (fp8.stateful && wrong != 0)
+    std::printf("\n%d of %d steps did not get exactly one forward and one backward update.%s\n", wrong, o.steps,
+                o.bnd == gpt::boundary::first_module
+                    ? " This is TE's old \"first module owns the backward update\" rule: with recompute, the replayed\n"
+                      "modules own it too and flush inside the nested backward. Use --boundary engine, scope or autocast."
+                    : "");
+  if (!fp8.sample.empty()) std::printf("\nsampled from the FP8 model:\n----\n%s\n----\n", fp8.sample.c_str());
+
+  std::filesystem::create_directories(o.out);
+  const std::string dir = std::filesystem::absolute(o.out).lexically_normal().string();
+  write_loss_csv(dir + "/loss.csv", o.fp8_only ? nullptr : &fp32, fp8);
+  std::printf("\nwrote %s/loss.csv\n", dir.c_str());
+  std::printf("summary: recipe=%s boundary=%s recompute=%s val_fp32=%.4f val_fp8=%.4f gap_percent=%+.2f "
+              "within_3_percent=%s updates_1_1=%s max_backward_updates_per_step=%llu\n",
+              gpt::name(o.rec), gpt::name(o.bnd), gpt::name(o.rc), l32, l8, 100.0 * gap,
+              o.fp8_only ? "n/a" : std::fabs(gap) <= 0.03 ? "yes" : "no",
+              !fp8.stateful ? "n/a" : wrong == 0 ? "yes" : "no", (unsigned long long)max_backward);
+  return 0;
+}
+
+/// Takes --seed and --threads out of argv (the rest goes to examples/gpt's parser) and refuses the
+/// flags of examples/gpt that do not apply here.
+std::vector<char*> take_extra(int argc, char** argv, extra_options& x) {
+  std::vector<char*> rest{argv[0]};
+  auto number = [&](int& i, std::string_view flag, long lo, long hi) {
+    if (i + 1 >= argc) throw gpt::bad_option(std::string(flag) + " needs a value");
+    const std::string v = argv[++i];
+    char* end = nullptr;
+    const long n = std::strtol(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || n < lo || n > hi)
+      throw gpt::bad_option(std::string(flag) + " needs a whole number in [" + std::to_string(lo) + ", " +
+                            std::to_string(hi) + "], got '" + v + "'");
+    return n;
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "--seed") x.seed = static_cast<std::uint32_t>(number(i, a, 0, 1L << 30));
+    else if (a == "--threads") x.threads = static_cast<int>(number(i, a, 1, 256));
+    else if (a == "--no-cast-cache")
+      throw gpt::bad_option("--no-cast-cache does not apply: the libtorch fp8_linear casts each weight at every use");
+    else rest.push_back(argv[i]);
+  }
+  return rest;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gpt::options o;
+  o.out = "tequant-libtorch-gpt-out";
+  extra_options x;
+  try {
+    auto rest = take_extra(argc, argv, x);
+    if (!gpt::parse(static_cast<int>(rest.size()), rest.data(), o)) {
+      std::fputs(usage, stdout);
+      return 0;
+    }
+  } catch (const gpt::bad_option& e) {
+    std::fprintf(stderr, "libtorch_gpt: %s\n\n%s", e.what(), usage);
+    return 2;
+  }
+  try {
+    return run(o, x);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "\nlibtorch_gpt: error: %s\n", e.what());
+    return 1;
+  }
+}
