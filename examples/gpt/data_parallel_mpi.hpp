@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <stdexcept>
 #include <string>
 #include <vector>
 

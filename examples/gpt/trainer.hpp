@@ -134,7 +134,8 @@ run_result train(const options& o, const corpus& data, bool fp8, const data_para
   // example-begin gpt_manager
   using manager_type = tequant::quantization_manager<Recipe, Boundary, Checkpoint, Comm>;
   engine e;
-  manager_type m({}, make_boundary<Boundary>(e), dp.make_comm());  // the recipe's default parameters
+  // The recipe's default parameters; the comm reduces amaxes across ranks (single_process: nothing to do).
+  manager_type m({}, make_boundary<Boundary>(e), dp.make_comm());
   // example-end
   const std::size_t T = std::size_t(o.context), B = std::size_t(o.batch);
   const int ranks = dp.ranks;
