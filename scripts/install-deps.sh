@@ -1,10 +1,20 @@
 #!/usr/bin/env bash
 # Installs the Debian packages tequant's builds and tests need; installs nothing that is already there,
-# so it is quick and safe to run twice. Usage: scripts/install-deps.sh [minimal|all]
+# so it is quick and safe to run twice. Usage: scripts/install-deps.sh [minimal|example|all]
+#   minimal: a C++ build; example: the main example (the GPT: OpenBLAS for its GEMMs, gnuplot for its
+#   plot); all: everything the test suite builds.
 set -euo pipefail
 profile=${1:-all}
 
+case $profile in
+  minimal | example | all) ;;
+  *) echo "tequant: unknown profile '$profile' (expected minimal, example or all)" >&2; exit 2 ;;
+esac
+
 packages=(cmake g++ make)
+if [[ $profile == example ]]; then
+  packages+=(libopenblas-dev gnuplot-nox)
+fi
 if [[ $profile == all ]]; then
   packages+=(doctest-dev libbenchmark-dev libopenblas-dev libopenmpi-dev openmpi-bin libtorch-dev libgloo-dev
              clang-14 libclang-rt-14-dev gnuplot-nox python3 valgrind)

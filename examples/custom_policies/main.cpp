@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Policies of your own: the main example's trainer, unchanged, runs with a recipe and a boundary policy
+// Policies of your own: the MLP example's trainer, unchanged, runs with a recipe and a boundary policy
 // written outside the library (ema_current_scaling.hpp, every_k_backwards.hpp). It trains FP32 and
 // FP8 and checks that FP8 converges like FP32 with one forward update per step and one backward update
 // every k steps. Exit status 1 if not.

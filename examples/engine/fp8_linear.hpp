@@ -83,6 +83,26 @@ quantized quantize(Manager& m, tequant::slot_id slot, const matrix& x, scale_ran
 /// Keeps the operand in FP32 (quantization disabled) in the same shape as quantize().
 inline quantized keep(const matrix& x) { return {x, {}}; }
 
+// example-begin identity_cast
+/// quantize() with the cast replaced by the identity: the manager still plans the cast (scale, replay
+/// frame, where the amax goes) and the amax is still recorded, so every piece of tequant's bookkeeping
+/// runs as in an FP8 step, but the values stay FP32. Training through it gives the FP32 run's numbers;
+/// its extra time over FP32 bounds what the bookkeeping costs (the amax pass included, which a real FP8
+/// cast fuses into its kernel).
+template <class Manager>
+quantized identity_cast(Manager& m, tequant::slot_id slot, const matrix& x, scale_range& seen) {
+  const tequant::cast_plan plan = m.plan_cast(slot);
+  const auto& be = m.backend();
+  if (plan.amax != nullptr) {
+    float amax = 0.0f;
+    be.amax(x.data.data(), x.size(), &amax);
+    be.max_accumulate(plan.amax, amax);
+  }
+  if (plan.mode == tequant::scaling_mode::tensor_scale && plan.scale != nullptr) seen.add(be.read(plan.scale));
+  return keep(x);
+}
+// example-end
+
 // ---- the layer -----------------------------------------------------------------------------------
 
 // example-begin fp8_linear
@@ -110,15 +130,15 @@ class fp8_linear {
     // Under first_module_owner the ticket says whether this module owns the backward update (TE's old
     // rule); every other boundary ignores it.
     const tequant::backward_ticket ticket = m.module_forward(h_, e.grad_enabled());
-    const quantized qx = fp8 ? quantize(m, m.slot(h_, forward_role::input), x->value, seen[0]) : keep(x->value);
+    const quantized qx = fp8 ? cast(m.slot(h_, forward_role::input), x->value, seen[0]) : keep(x->value);
     const quantized qw = !fp8 ? keep(weight->value)
                          : weight_key != nullptr ? cached_weight()
-                                                 : quantize(m, m.slot(h_, forward_role::weight), weight->value, seen[1]);
+                                                 : cast(m.slot(h_, forward_role::weight), weight->value, seen[1]);
     matrix y = gemm_nt(qx.row(), qw.row());
     return e.record(std::move(y), {x, weight}, m.module_name(h_),
                     [this, &m, fp8, ticket, xs = qx.col(), ws = qw.col()](const matrix& g) {
                       const quantized qg =
-                          fp8 ? quantize(m, m.slot(h_, backward_role::grad_output), g, seen[2]) : keep(g);
+                          fp8 ? cast(m.slot(h_, backward_role::grad_output), g, seen[2]) : keep(g);
                       matrix dx = gemm(qg.row(), ws);  // dgrad
                       matrix dw;
                       auto wgrad = [gc = qg.col(), xs] { return gemm_tn(gc, xs); };
@@ -137,9 +157,17 @@ class fp8_linear {
     for (std::size_t i = 0; i < dw.size(); ++i) weight->grad.data[i] += dw.data[i];
   }
 
+  /// quantize(), or identity_cast() when identity_casts is set.
+  quantized cast(tequant::slot_id slot, const matrix& x, scale_range& seen) {
+    return identity_casts ? identity_cast(*m_, slot, x, seen) : quantize(*m_, slot, x, seen);
+  }
+
+  // example-begin cached_weight
   /// The weight's cast through weight_cache: made by the step's first forward, reused by the other
   /// micro-batches and by checkpoint replays while the key, the weight and its scale stay the same.
+  /// Identity casts bypass the cache (it holds real casts).
   quantized cached_weight() {
+    if (identity_casts) return cast(m_->slot(h_, tequant::forward_role::weight), weight->value, seen[1]);
     const tequant::cast_plan plan = m_->plan_cast(m_->slot(h_, tequant::forward_role::weight));
     const tequant::matrix_view<const float> v{weight->value.data.data(), weight->value.rows, weight->value.cols};
     bool cast_now = false;
@@ -147,12 +175,14 @@ class fp8_linear {
     if (cast_now) weight_decoded = decode(*m_, plan, q, v.rows, v.cols, seen[1]);
     return weight_decoded;
   }
+  // example-end
 
   tequant::module_handle handle() const { return h_; }
   const std::string& name() const { return m_->module_name(h_); }
 
   tensor weight;             // [out, in], a parameter (leaf)
   bool defer_wgrad = false;  // compute dW later, in manager.run_deferred_weight_grads() (pipelines)
+  bool identity_casts = false;  // cast() does identity_cast(): tequant's bookkeeping without the FP8 casts
   scale_range seen[3];       // input, weight, grad_output scales since the last reset
   /// Set (by a trainer that bumps it after every optimizer step) to reuse the weight's cast.
   const typename tequant::cast_cache<typename Manager::backend_type>::key* weight_key = nullptr;

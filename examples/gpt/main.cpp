@@ -17,6 +17,7 @@
 
 #include "../engine/gemm.hpp"
 #include "options.hpp"
+#include "plot.hpp"
 #include "trainer.hpp"
 
 namespace {
@@ -90,11 +91,14 @@ int run(const options& o) {
     max_backward = std::max(max_backward, fp8.backward_updates[k]);
   }
   const double l8 = fp8.val_loss.back(), l32 = o.fp8_only ? NAN : fp32.val_loss.back(), gap = (l8 - l32) / l32;
-  std::printf("\n%-36s %14s %14s\n", "", "FP32", "FP8");
+  // --identity-casts: the second run is FP8's bookkeeping with FP32 values (the "FP8" column below).
+  const char* second = o.identity_casts ? "identity casts" : "FP8";
+  std::printf("\n%-36s %14s %14s\n", "", "FP32", second);
   std::printf("%-36s %14.4f %14.4f\n", "validation loss (final)", l32, l8);
   std::printf("%-36s %14.4f %14.4f\n", "train loss (last step)", o.fp8_only ? NAN : double(fp32.train_loss.back()),
               double(fp8.train_loss.back()));
-  std::printf("%-36s %14s %+13.2f%%\n", "relative gap (FP8 - FP32) / FP32", "", 100.0 * gap);
+  std::printf("%-36s %14s %+13.2f%%\n", o.identity_casts ? "relative gap to FP32" : "relative gap (FP8 - FP32) / FP32", "",
+              100.0 * gap);
   std::printf("%-36s %14s ", "updates per step (forward/backward)", "");
   if (!fp8.stateful) {
     std::printf("none: %s is stateless\n", name(o.rec));
@@ -122,29 +126,50 @@ int run(const options& o) {
     std::printf("%-36s %14s %-11s %s .. %s\n", role == 0 ? "scale range seen (per role)" : "", "", roles[role],
                 pow2(lo).c_str(), pow2(hi).c_str());
   }
-  if (o.cast_cache)
+  if (o.cast_cache && !o.identity_casts)
     std::printf("%-36s %14s %llu made, %llu reused (cast_cache)\n", "FP8 weight casts", "",
                 (unsigned long long)fp8.weight_casts, (unsigned long long)fp8.weight_casts_reused);
   std::printf("%-36s %13.1fs %13.1fs\n", "training time", fp32.seconds, fp8.seconds);
   std::printf("%-36s %14.0f %14.0f\n", "tokens/s", fp32.tokens_per_second, fp8.tokens_per_second);
+  // Identity casts compute exactly what FP32 computes, plus tequant's bookkeeping: equal losses, and
+  // the time difference is the bookkeeping's (and the amax pass's) share of a step.
+  const bool same_as_fp32 = !o.fp8_only && fp8.train_loss == fp32.train_loss && fp8.val_loss == fp32.val_loss;
+  const double share = (fp8.seconds - fp32.seconds) / fp8.seconds;
+  if (o.identity_casts && !o.fp8_only) {
+    std::printf("%-36s %14s %s\n", "identity-cast losses vs FP32", "",
+                same_as_fp32 ? "identical, every step (bit for bit)" : "DIFFERENT (they should be identical)");
+    std::printf("%-36s %14s %+.2f%% of a step (timing noise included)\n", "tequant bookkeeping", "", 100.0 * share);
+  }
   if (fp8.stateful && wrong != 0)
     std::printf("\n%d of %d steps did not get exactly one forward and one backward update.%s\n", wrong, o.steps,
                 o.bnd == boundary::first_module
                     ? " This is TE's old \"first module owns the backward update\" rule: with recompute, the replayed\n"
                       "modules own it too and flush inside the nested backward. Use --boundary engine, scope or autocast."
                     : "");
-  if (!fp8.sample.empty()) std::printf("\nsampled from the FP8 model:\n----\n%s\n----\n", fp8.sample.c_str());
+  if (!fp8.sample.empty())
+    std::printf("\nsampled from the %s model:\n----\n%s\n----\n", o.identity_casts ? "identity-casts" : "FP8",
+                fp8.sample.c_str());
 
   std::filesystem::create_directories(o.out);
   const std::string dir = std::filesystem::absolute(o.out).lexically_normal().string();
   write_loss_csv(dir + "/loss.csv", o.fp8_only ? nullptr : &fp32, fp8);
   write_scales_csv(dir + "/scales.csv", fp8);
-  std::printf("\nwrote %s/loss.csv and scales.csv\n", dir.c_str());
+  char title[256];
+  std::snprintf(title, sizeof title, "tequant GPT: %d layers, d_model %d, context %d, %d steps; recipe %s, recompute %s",
+                o.layers, o.d_model, o.context, o.steps, name(o.rec), name(o.rc));
+  const std::string fp8_label =
+      o.identity_casts ? std::string("identity casts") : std::string("FP8 (") + name(o.rec) + ")";
+  const std::string plotted = write_plot({dir, title, fp8_label, !o.fp8_only, fp8.scales.size()});
+  std::printf("\nwrote %s/: loss.csv, scales.csv, %s\n", dir.c_str(), plotted.c_str());
   std::printf("summary: recipe=%s boundary=%s recompute=%s val_fp32=%.4f val_fp8=%.4f gap_percent=%+.2f "
               "within_3_percent=%s updates_1_1=%s max_backward_updates_per_step=%llu\n",
               name(o.rec), name(o.bnd), name(o.rc), l32, l8, 100.0 * gap,
               o.fp8_only ? "n/a" : std::fabs(gap) <= 0.03 ? "yes" : "no",
               !fp8.stateful ? "n/a" : wrong == 0 ? "yes" : "no", (unsigned long long)max_backward);
+  if (o.identity_casts && !o.fp8_only)
+    std::printf("summary: identity_casts_equal_fp32=%s seconds_fp32=%.2f seconds_identity_casts=%.2f "
+                "bookkeeping_share_percent=%+.2f\n",
+                same_as_fp32 ? "yes" : "no", fp32.seconds, fp8.seconds, 100.0 * share);
   return 0;
 }
 

@@ -16,12 +16,13 @@ struct options {
   recipe rec = recipe::delayed;
   boundary bnd = boundary::engine;
   recompute rc = recompute::reentrant;
-  int steps = 200;
-  int layers = 4;
+  int steps = 150;
+  // The default size: each of the two runs well under 90 s on 2 cores (measured; see docs/benchmarks.md).
+  int layers = 2;
   int d_model = 128;
   int heads = 4;
-  int context = 128;
-  int batch = 8;          // sequences per micro-batch
+  int context = 64;
+  int batch = 16;         // sequences per micro-batch
   int micro_batches = 1;  // gradient accumulation: micro-batches per step, one backward_scope
   int eval_every = 0;     // 0: every steps/10
   int sample_chars = 240;
@@ -30,6 +31,7 @@ struct options {
   std::string out = "tequant-gpt-out";
   bool fp8_only = false;  // skip the FP32 twin (tests that compare FP8 runs with each other)
   bool cast_cache = true; // reuse each weight's cast within a step (micro-batches, replays)
+  bool identity_casts = false;  // the FP8 run's casts are identities: tequant's bookkeeping, FP32 numbers
   bool quiet = false;
   bool tty = false;
 };
@@ -65,7 +67,7 @@ inline constexpr const char* usage =
     "usage: gpt [--recipe delayed|current|mxfp8|block] [--boundary engine|autocast|scope|first-module]\n"
     "           [--recompute none|reentrant|nested] [--steps N] [--layers N] [--d-model N] [--heads N]\n"
     "           [--context N] [--batch N] [--micro-batches N] [--eval-every N] [--lr X] [--sample N]\n"
-    "           [--data FILE] [--out DIR] [--no-cast-cache] [--fp8-only] [--quiet] [--help]\n"
+    "           [--data FILE] [--out DIR] [--no-cast-cache] [--identity-casts] [--fp8-only] [--quiet] [--help]\n"
     "\n"
     "Trains a character-level GPT on a frozen text corpus (tequant's own headers and docs) twice, in FP32\n"
     "and with every GEMM operand of its QKV, attention output and MLP projections quantized to FP8 with\n"
@@ -75,16 +77,19 @@ inline constexpr const char* usage =
     "                   old rule and its failure under recompute)\n"
     "  --recompute      activation recompute (default reentrant: each block a reentrant checkpoint; nested\n"
     "                   also checkpoints pairs of blocks; none keeps every activation)\n"
-    "  --steps          optimizer steps per run (default 200)\n"
-    "  --layers, --d-model, --heads, --context   model size (default 4, 128, 4, 128)\n"
-    "  --batch          sequences per micro-batch (default 8)\n"
+    "  --steps          optimizer steps per run (default 150)\n"
+    "  --layers, --d-model, --heads, --context   model size (default 2, 128, 4, 64)\n"
+    "  --batch          sequences per micro-batch (default 16)\n"
     "  --micro-batches  micro-batches per step, accumulated inside one backward_scope (default 1)\n"
     "  --eval-every     validation loss every N steps (default steps/10)\n"
     "  --lr             peak Adam learning rate (default 3e-3, warmup then cosine decay)\n"
     "  --sample         characters sampled from the FP8 model at the end (default 240)\n"
     "  --data           the text corpus (default: the one shipped with the repository)\n"
-    "  --out            where loss.csv and scales.csv go (default ./tequant-gpt-out)\n"
+    "  --out            where loss.csv, scales.csv and the plot go (default ./tequant-gpt-out)\n"
     "  --no-cast-cache  cast each weight at every use instead of once per step (tequant::cast_cache)\n"
+    "  --identity-casts the second run does all of tequant's bookkeeping (plans, amaxes, scale updates,\n"
+    "                   boundaries, replay frames) but casts to FP32 instead of FP8: its losses equal\n"
+    "                   FP32's, and its extra time is what the bookkeeping costs\n"
     "  --fp8-only       skip the FP32 run\n"
     "  --quiet          no progress lines\n";
 
@@ -119,6 +124,8 @@ inline bool parse(int argc, char** argv, options& o) {
       o.quiet = true;
     } else if (a == "--fp8-only") {
       o.fp8_only = true;
+    } else if (a == "--identity-casts") {
+      o.identity_casts = true;
     } else if (a == "--no-cast-cache") {
       o.cast_cache = false;
     } else if (a == "--recipe") {

@@ -143,11 +143,15 @@ run_result train(const options& o, const corpus& data, bool fp8, const data_para
   model<manager_type> net(m, {data.vocab(), std::size_t(o.layers), std::size_t(o.d_model), std::size_t(o.heads), T},
                           o.rc, init_rng);
   adam opt(net.parameters(), o.lr, o.steps);
+  // example-begin gpt_cast_cache
   // The weights change only in opt.step(): one key per optimizer step lets every micro-batch and every
   // checkpoint replay of a step reuse the step's first cast of each weight.
   typename tequant::cast_cache<typename manager_type::backend_type>::key weight_key{};
   if (o.cast_cache)
     for (auto* l : net.linears()) l->weight_key = &weight_key;
+  // example-end
+  if (o.identity_casts)
+    for (auto* l : net.linears()) l->identity_casts = true;  // bookkeeping on, values FP32
   const corpus::batch_ids val = data.validation_batch(validation_windows, T);
   const int eval_every = o.eval_every > 0 ? o.eval_every : std::max(1, o.steps / 10);
   // Several micro-batches are one logical backward: a backward_scope makes them one update. A
@@ -218,7 +222,7 @@ run_result train(const options& o, const corpus& data, bool fp8, const data_para
       const double eta = dt / double(step + 1) * double(o.steps - step - 1);
       std::printf(o.tty ? "\r  %-4s step %5d/%d  train %.4f  val %.4f (step %d)  %7.0f tok/s  ETA %4.0fs "
                         : "  %-4s step %5d/%d  train %.4f  val %.4f (step %d)  %7.0f tok/s  ETA %4.0fs\n",
-                  fp8 ? "fp8" : "fp32", step + 1, o.steps, double(mean), double(r.val_loss.empty() ? NAN : r.val_loss.back()),
+                  !fp8 ? "fp32" : o.identity_casts ? "id" : "fp8", step + 1, o.steps, double(mean), double(r.val_loss.empty() ? NAN : r.val_loss.back()),
                   r.val_step.empty() ? 0 : r.val_step.back(), tps, eta);
       std::fflush(stdout);
       last_print = now;

@@ -1,0 +1,22 @@
+# The GPT example's plot: plot.svg and plot.png exist and hold a real drawing, not an empty canvas.
+#   cmake -DEXE=<gpt> -DARGS=<a;b;...> -DDIR=<folder> -P plot_files.cmake   (runs EXE ARGS --out DIR first)
+execute_process(COMMAND ${EXE} ${ARGS} --out ${DIR} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+message("${out}${err}")
+if(NOT rc EQUAL 0 OR NOT out MATCHES "plot.svg, plot.png")
+  message(FATAL_ERROR "the run failed (exit code ${rc}) or drew no plot")
+endif()
+file(SIZE ${DIR}/plot.svg svg_size)
+file(READ ${DIR}/plot.svg svg)
+string(REGEX MATCHALL "<path" paths "${svg}")
+list(LENGTH paths n_paths)
+# Two panels: at least the four loss curves and one scale trajectory per operand, plus axes and grid.
+if(svg_size LESS 10000 OR n_paths LESS 30 OR NOT svg MATCHES "<svg" OR NOT svg MATCHES "validation")
+  message(FATAL_ERROR "plot.svg is too small or misses curves: ${svg_size} bytes, ${n_paths} paths")
+endif()
+file(SIZE ${DIR}/plot.png png_size)
+file(READ ${DIR}/plot.png head LIMIT 24 HEX)
+# The PNG signature, then the IHDR chunk: width 1000 (0x3e8), height 800 (0x320).
+if(NOT head STREQUAL "89504e470d0a1a0a0000000d49484452000003e800000320" OR png_size LESS 15000)
+  message(FATAL_ERROR "plot.png is not a 1000x800 PNG with content: header ${head}, ${png_size} bytes")
+endif()
+message("plot.svg: ${svg_size} bytes, ${n_paths} paths; plot.png: 1000x800, ${png_size} bytes")
