@@ -34,6 +34,7 @@ run_result train(const options& o, bool fp8) {
     case recipe::current: return train_current(o, fp8);
     case recipe::mxfp8: return train_mxfp8(o, fp8);
     case recipe::block: return train_block(o, fp8);
+    case recipe::nvfp4: return train_nvfp4(o, fp8);
   }
   return {};
 }
@@ -59,7 +60,8 @@ int run(const options& o) {
     ++per_step[{fp8.forward_updates[k], fp8.backward_updates[k]}];
     wrong += fp8.forward_updates[k] != 1 || fp8.backward_updates[k] != 1;
   }
-  const bool stateful = o.rec == recipe::delayed;
+  // Delayed scaling updates scales; NVFP4 keeps its stochastic-rounding streams as managed state.
+  const bool stateful = o.rec == recipe::delayed || o.rec == recipe::nvfp4;
   float lo[2] = {0, 0}, hi[2] = {0, 0};
   bool seen[2] = {false, false};
   for (const auto& t : fp8.scales)
