@@ -137,7 +137,7 @@ TEST_CASE("nvfp4: all-zero, all-NaN, infinite and tiny tensors follow TE's globa
 }
 
 TEST_CASE("nvfp4: the vectorised rowwise path equals the portable loop") {
-  for (const std::size_t K : {16u, 32u, 48u, 40u, 256u}) {
+  for (const std::size_t K : {16u, 32u, 48u, 40u, 128u, 256u, 406u}) {
     const auto x = random_tensor(K, static_cast<unsigned>(K), true);
     const float s_enc = tequant::nvfp4_global_encode_scale(3.0f), s_dec = 1.0f / s_enc;
     std::vector<std::uint8_t> d0(K / 2), d1(K / 2), s0((K + 15) / 16), s1((K + 15) / 16);

@@ -5,6 +5,7 @@
 // 2D-tile paths and every other target run the portable loops, which produce the same bits.
 #pragma once
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -120,24 +121,60 @@ TEQUANT_TARGET_AVX2_INLINE inline float block16_amax(__m256 v0, __m256 v1) noexc
   return bits_float(hmax_epi32(k));
 }
 
-/// The rowwise round-to-nearest path of one row: full 16-element blocks vectorised, a partial last
-/// block by the portable loop.
+/// E4M3 code -> value for the codes a block scale can take (0..126; 127 is NaN and never produced).
+inline constexpr auto e4m3_values = [] {
+  std::array<float, 128> t{};
+  for (unsigned c = 0; c < 128; ++c) t[c] = decode_e4m3(static_cast<std::uint8_t>(c));
+  return t;
+}();
+
+/// Codes of 16 elements scaled by m, packed, stored at out (8 bytes).
+template <class T>
+TEQUANT_TARGET_AVX2_INLINE inline void nvfp4_encode16(const T* p, __m256 m, std::uint8_t* out) noexcept {
+  const std::uint64_t packed =
+      pack16(encode_e2m1_8(_mm256_mul_ps(load8(p), m)), encode_e2m1_8(_mm256_mul_ps(load8(p + 8), m)));
+  std::memcpy(out, &packed, sizeof packed);
+}
+
+/// The rowwise round-to-nearest path of one row. Eight blocks at a time: their amaxes (one transpose
+/// max), E4M3 scales (the FP8 encoder of host_simd.hpp), decoded scales (a table) and multipliers (one
+/// IEEE division) in one vector each, the same operations as the scalar rule; then each block's
+/// codes. Leftover full blocks one at a time, a partial last block by the portable loop.
 template <class T>
 TEQUANT_TARGET_AVX2 inline void nvfp4_row_rn(const T* x, std::size_t K, float s_enc, float s_dec, std::uint8_t* data,
                                              std::uint8_t* scale) noexcept {
-  const std::size_t full = K / nvfp4_block;
-  for (std::size_t b = 0; b < full; ++b) {
-    const T* p = x + b * nvfp4_block;
+  constexpr std::size_t B = nvfp4_block;
+  const std::size_t full = K / B;
+  std::size_t b = 0;
+  const __m256 block_factor = _mm256_set1_ps(s_enc * (1.0f / e2m1_max));
+  const __m256 dec = _mm256_set1_ps(s_dec);
+  for (; b + 8 <= full; b += 8) {
+    const T* p = x + b * B;
+    __m256i keys[8];
+    for (int j = 0; j < 8; ++j)
+      keys[j] = _mm256_max_epi32(amax_key8(load8(p + j * B)), amax_key8(load8(p + j * B + 8)));
+    const __m256 bamax = _mm256_castsi256_ps(transpose_max8(keys));
+    const __m256i codes = encode8<fp8_dtype::e4m3>(_mm256_mul_ps(bamax, block_factor));
+    const __m256 scales = _mm256_i32gather_ps(e4m3_values.data(), codes, 4);
+    const __m256 mult = _mm256_min_ps(_mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(scales, dec)),
+                                      _mm256_set1_ps(float_max));  // 1 / 0 = inf -> FLT_MAX
+    alignas(32) std::int32_t c[8];
+    alignas(32) float m[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(c), codes);
+    _mm256_store_ps(m, mult);
+    for (int j = 0; j < 8; ++j) {
+      scale[b + static_cast<std::size_t>(j)] = static_cast<std::uint8_t>(c[j]);
+      nvfp4_encode16(p + j * B, _mm256_set1_ps(m[j]), data + (b + static_cast<std::size_t>(j)) * (B / 2));
+    }
+  }
+  for (; b < full; ++b) {
+    const T* p = x + b * B;
     const __m256 v0 = load8(p), v1 = load8(p + 8);
     const std::uint8_t code = nvfp4_block_scale(block16_amax<T>(v0, v1), s_enc);
-    const __m256 m = _mm256_set1_ps(nvfp4_block_multiplier(code, s_dec));
     scale[b] = code;
-    const std::uint64_t packed = pack16(encode_e2m1_8(_mm256_mul_ps(v0, m)), encode_e2m1_8(_mm256_mul_ps(v1, m)));
-    std::memcpy(data + b * (nvfp4_block / 2), &packed, sizeof packed);
+    nvfp4_encode16(p, _mm256_set1_ps(nvfp4_block_multiplier(code, s_dec)), data + b * (B / 2));
   }
-  if (full * nvfp4_block < K)
-    nvfp4_row_rn_scalar(x + full * nvfp4_block, K - full * nvfp4_block, s_enc, s_dec, data + full * (nvfp4_block / 2),
-                        scale + full);
+  if (full * B < K) nvfp4_row_rn_scalar(x + full * B, K - full * B, s_enc, s_dec, data + full * (B / 2), scale + full);
 }
 
 }  // namespace avx2
