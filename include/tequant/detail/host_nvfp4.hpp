@@ -245,8 +245,34 @@ void quantize_nvfp4_host(matrix_view<const T> x, const nvfp4_options& opt, const
       }
     }
   }
-  // Pass 2, columnwise (data transposed to [K, M]): element index e = k*M + m, after the rowwise stream.
-  if (col) {
+  // Pass 2, columnwise (data transposed to [K, M]), round to nearest: 16 rows at a time in row order
+  // (their column amaxes, then two rows per output byte), the same operations as the loop below.
+  if (col && !sr) {
+    std::vector<std::uint32_t> colkey(K);
+    std::vector<float> mult(K);
+    for (std::size_t mb = 0; mb < MB; ++mb) {
+      const std::size_t r0 = mb * nvfp4_block, len = std::min<std::size_t>(nvfp4_block, M - r0);
+      if (!opt.tile_2d) {
+        std::fill(colkey.begin(), colkey.end(), 0u);
+        for (std::size_t i = 0; i < len; ++i) column_amax_host(x.data + (r0 + i) * K, K, colkey.data());
+      }
+      for (std::size_t k = 0; k < K; ++k) {
+        const std::uint8_t code = opt.tile_2d ? tile[mb * KB + k / nvfp4_block] : nvfp4_block_scale(bits_float(colkey[k]), s_enc);
+        o.columnwise_scale[k * cs.cols + mb] = code;
+        mult[k] = nvfp4_block_multiplier(code, s_dec);
+      }
+      for (std::size_t i = 0; i < len; i += 2) {  // len is even: M is, and r0 a multiple of 16
+        const T* lo_row = x.data + (r0 + i) * K;
+        const T* hi_row = lo_row + K;
+        std::uint8_t* out = o.columnwise_data.data() + (r0 + i) / 2;
+        for (std::size_t k = 0; k < K; ++k)
+          out[k * (M / 2)] = static_cast<std::uint8_t>(encode_e2m1(widen(lo_row[k]) * mult[k]) |
+                                                       (encode_e2m1(widen(hi_row[k]) * mult[k]) << 4));
+      }
+    }
+  }
+  // Stochastic: element index e = k*M + m of a stream after the rowwise one, in that order.
+  if (col && sr) {
     nvfp4_random rnd(opt.rng_seed, first + nvfp4_groups(n));
     for (std::size_t k = 0; k < K; ++k) {
       for (std::size_t mb = 0; mb < MB; ++mb) {
