@@ -97,6 +97,27 @@ void bm_block(benchmark::State& st) {
   st.SetBytesProcessed(static_cast<std::int64_t>(st.iterations() * (n * (sizeof(T) + 1) + s.size() * 4)));
 }
 
+// NVFP4: two passes (the tensor's amax, then the cast) read x twice, counted like current scaling's;
+// writes are half a byte per element plus one E4M3 scale byte per 16 elements.
+template <class T, bool Columnwise, bool Stochastic>
+void bm_nvfp4(benchmark::State& st) {
+  const std::size_t K = 4096, M = input_bytes / sizeof(T) / K, n = M * K;
+  const auto x = make_input<T>(n);
+  std::vector<std::uint8_t> q(n / 2), s(Columnwise ? tequant::nvfp4_columnwise_scale_shape(M, K).size()
+                                                   : tequant::nvfp4_rowwise_scale_shape(M, K).size());
+  std::vector<float> g(1);
+  std::uint64_t offset = 0;
+  const tequant::nvfp4_options opt{false, Stochastic ? &offset : nullptr, 1};
+  const tequant::nvfp4_output o = Columnwise ? tequant::nvfp4_output{{}, {}, {}, q, s, g} : tequant::nvfp4_output{q, s, g, {}, {}, {}};
+  tequant::host_backend b;
+  for (auto _ : st) {
+    b.quantize_nvfp4(tequant::matrix_view<const T>{x.data(), M, K}, opt, o);
+    benchmark::DoNotOptimize(q.data());
+    benchmark::ClobberMemory();
+  }
+  st.SetBytesProcessed(static_cast<std::int64_t>(st.iterations() * (n * 2 * sizeof(T) + n / 2 + s.size())));
+}
+
 using tequant::bf16;
 using tequant::fp8_dtype;
 
@@ -116,5 +137,10 @@ BENCHMARK(bm_block<float, fp8_dtype::e4m3, false>)->Name("block_1x128/fp32/e4m3"
 BENCHMARK(bm_block<bf16, fp8_dtype::e4m3, false>)->Name("block_1x128/bf16/e4m3")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(bm_block<float, fp8_dtype::e4m3, true>)->Name("block_128x128/fp32/e4m3")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(bm_block<bf16, fp8_dtype::e4m3, true>)->Name("block_128x128/bf16/e4m3")->Unit(benchmark::kMillisecond)->UseRealTime();
+
+BENCHMARK(bm_nvfp4<float, false, false>)->Name("nvfp4_rowwise/fp32")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(bm_nvfp4<bf16, false, false>)->Name("nvfp4_rowwise/bf16")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(bm_nvfp4<float, false, true>)->Name("nvfp4_rowwise_sr/fp32")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(bm_nvfp4<float, true, false>)->Name("nvfp4_columnwise/fp32")->Unit(benchmark::kMillisecond)->UseRealTime();
 
 BENCHMARK_MAIN();

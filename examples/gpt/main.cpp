@@ -30,6 +30,7 @@ run_result train(const options& o, const corpus& data, bool fp8) {
     case recipe::current: return train_current(o, data, fp8);
     case recipe::mxfp8: return train_mxfp8(o, data, fp8);
     case recipe::block: return train_block(o, data, fp8);
+    case recipe::nvfp4: return train_nvfp4(o, data, fp8);
   }
   return {};
 }

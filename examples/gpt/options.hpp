@@ -8,7 +8,7 @@
 
 namespace gpt {
 
-enum class recipe { delayed, current, mxfp8, block };
+enum class recipe { delayed, current, mxfp8, block, nvfp4 };
 enum class boundary { engine, autocast, scope, first_module };
 enum class recompute { none, reentrant, nested };
 
@@ -42,6 +42,7 @@ inline const char* name(recipe r) {
     case recipe::current: return "current";
     case recipe::mxfp8: return "mxfp8";
     case recipe::block: return "block";
+    case recipe::nvfp4: return "nvfp4";
   }
   return "?";
 }
@@ -64,7 +65,7 @@ inline const char* name(recompute r) {
 }
 
 inline constexpr const char* usage =
-    "usage: gpt [--recipe delayed|current|mxfp8|block] [--boundary engine|autocast|scope|first-module]\n"
+    "usage: gpt [--recipe delayed|current|mxfp8|block|nvfp4] [--boundary engine|autocast|scope|first-module]\n"
     "           [--recompute none|reentrant|nested] [--steps N] [--layers N] [--d-model N] [--heads N]\n"
     "           [--context N] [--batch N] [--micro-batches N] [--eval-every N] [--lr X] [--sample N]\n"
     "           [--data FILE] [--out DIR] [--no-cast-cache] [--identity-casts] [--fp8-only] [--quiet] [--help]\n"
@@ -72,7 +73,8 @@ inline constexpr const char* usage =
     "Trains a character-level GPT on a frozen text corpus (tequant's own headers and docs) twice, in FP32\n"
     "and with every GEMM operand of its QKV, attention output and MLP projections quantized to FP8 with\n"
     "state managed by tequant, and compares their validation losses.\n"
-    "  --recipe         how tensors are scaled (default delayed: TE's DelayedScaling, hybrid E4M3/E5M2)\n"
+    "  --recipe         how tensors are scaled (default delayed: TE's DelayedScaling, hybrid E4M3/E5M2;\n"
+    "                   nvfp4: TE's NVFP4BlockScaling, 4-bit E2M1)\n"
     "  --boundary       when the backward update is flushed (default engine; first-module reproduces TE's\n"
     "                   old rule and its failure under recompute)\n"
     "  --recompute      activation recompute (default reentrant: each block a reentrant checkpoint; nested\n"
@@ -134,7 +136,8 @@ inline bool parse(int argc, char** argv, options& o) {
       else if (v == "current") o.rec = recipe::current;
       else if (v == "mxfp8") o.rec = recipe::mxfp8;
       else if (v == "block") o.rec = recipe::block;
-      else throw bad_value(a, v, "delayed, current, mxfp8 or block");
+      else if (v == "nvfp4") o.rec = recipe::nvfp4;
+      else throw bad_value(a, v, "delayed, current, mxfp8, block or nvfp4");
     } else if (a == "--boundary") {
       const auto v = value(i, a);
       if (v == "engine") o.bnd = boundary::engine;

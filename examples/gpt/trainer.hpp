@@ -267,5 +267,6 @@ run_result train_delayed(const options& o, const corpus& data, bool fp8);
 run_result train_current(const options& o, const corpus& data, bool fp8);
 run_result train_mxfp8(const options& o, const corpus& data, bool fp8);
 run_result train_block(const options& o, const corpus& data, bool fp8);
+run_result train_nvfp4(const options& o, const corpus& data, bool fp8);
 
 }  // namespace gpt

@@ -34,6 +34,7 @@ run_result train(const options& o, bool fp8) {
     case recipe::current: return train_current(o, fp8);
     case recipe::mxfp8: return train_mxfp8(o, fp8);
     case recipe::block: return train_block(o, fp8);
+    case recipe::nvfp4: return train_nvfp4(o, fp8);
   }
   return {};
 }
@@ -59,7 +60,8 @@ int run(const options& o) {
     ++per_step[{fp8.forward_updates[k], fp8.backward_updates[k]}];
     wrong += fp8.forward_updates[k] != 1 || fp8.backward_updates[k] != 1;
   }
-  const bool stateful = o.rec == recipe::delayed;
+  // Delayed scaling updates scales; NVFP4 keeps its stochastic-rounding streams as managed state.
+  const bool stateful = o.rec == recipe::delayed || o.rec == recipe::nvfp4;
   float lo[2] = {0, 0}, hi[2] = {0, 0};
   bool seen[2] = {false, false};
   for (const auto& t : fp8.scales)
@@ -72,9 +74,11 @@ int run(const options& o) {
     }
 
   const double l32 = final_loss(fp32), l8 = final_loss(fp8), gap = (l8 - l32) / l32;
-  std::printf("\n%-34s %14s %14s\n", "", "FP32", "FP8");
+  const char* low = o.rec == recipe::nvfp4 ? "NVFP4" : "FP8";  // the quantized run's format
+  std::printf("\n%-34s %14s %14s\n", "", "FP32", low);
   std::printf("%-34s %14.6f %14.6f\n", "final loss (mean of last 10%)", l32, l8);
-  std::printf("%-34s %14s %+13.2f%%\n", "relative gap (FP8 - FP32) / FP32", "", 100.0 * gap);
+  const std::string gap_label = std::string("relative gap (") + low + " - FP32) / FP32";
+  std::printf("%-34s %14s %+13.2f%%\n", gap_label.c_str(), "", 100.0 * gap);
   std::printf("%-34s %14s ", "updates per step (forward/backward)", "");
   if (!stateful) {
     std::printf("none: %s is stateless\n", name(o.rec));
@@ -102,8 +106,8 @@ int run(const options& o) {
   write_loss_csv(dir + "/loss.csv", fp32, fp8);
   write_scales_csv(dir + "/scales.csv", fp8);
   char title[200];
-  std::snprintf(title, sizeof title, "tequant example: recipe=%s boundary=%s recompute=%s, FP8 gap %+.2f%%",
-                name(o.rec), name(o.bnd), name(o.rc), 100.0 * gap);
+  std::snprintf(title, sizeof title, "tequant example: recipe=%s boundary=%s recompute=%s, %s gap %+.2f%%",
+                name(o.rec), name(o.bnd), name(o.rc), low, 100.0 * gap);
   write_plot_svg(dir + "/plot.svg", title, fp32, fp8);
   std::printf("\nwrote %s/loss.csv, scales.csv and plot.svg (open the SVG in a browser)\n", dir.c_str());
   // One line for scripts and tests.

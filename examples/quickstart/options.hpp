@@ -8,7 +8,7 @@
 
 namespace quickstart {
 
-enum class recipe { delayed, current, mxfp8, block };
+enum class recipe { delayed, current, mxfp8, block, nvfp4 };
 enum class boundary { engine, autocast, scope, first_module };
 enum class recompute { none, reentrant, nested };
 
@@ -28,6 +28,7 @@ inline const char* name(recipe r) {
     case recipe::current: return "current";
     case recipe::mxfp8: return "mxfp8";
     case recipe::block: return "block";
+    case recipe::nvfp4: return "nvfp4";
   }
   return "?";
 }
@@ -50,12 +51,14 @@ inline const char* name(recompute r) {
 }
 
 inline constexpr const char* usage =
-    "usage: quickstart [--recipe delayed|current|mxfp8|block] [--boundary engine|autocast|scope|first-module]\n"
+    "usage: quickstart [--recipe delayed|current|mxfp8|block|nvfp4]\n"
+    "                  [--boundary engine|autocast|scope|first-module]\n"
     "                  [--recompute none|reentrant|nested] [--steps N] [--out DIR] [--quiet] [--help]\n"
     "\n"
     "Trains a small residual MLP on a synthetic regression task twice, in FP32 and with FP8 quantization\n"
     "state managed by tequant, and compares them.\n"
-    "  --recipe     how tensors are scaled (default delayed: TE's DelayedScaling, hybrid E4M3/E5M2)\n"
+    "  --recipe     how tensors are scaled (default delayed: TE's DelayedScaling, hybrid E4M3/E5M2;\n"
+    "               nvfp4: TE's NVFP4BlockScaling, 4-bit E2M1 with E4M3 block scales)\n"
     "  --boundary   when the backward update is flushed (default engine: a callback at the end of the\n"
     "               outermost backward task; first-module reproduces TE's old rule and its failure)\n"
     "  --recompute  activation recompute of the residual branches (default reentrant; nested puts the\n"
@@ -90,7 +93,8 @@ inline bool parse(int argc, char** argv, options& o) {
       else if (v == "current") o.rec = recipe::current;
       else if (v == "mxfp8") o.rec = recipe::mxfp8;
       else if (v == "block") o.rec = recipe::block;
-      else throw bad_value(a, v, "delayed, current, mxfp8 or block");
+      else if (v == "nvfp4") o.rec = recipe::nvfp4;
+      else throw bad_value(a, v, "delayed, current, mxfp8, block or nvfp4");
     } else if (a == "--boundary") {
       const auto v = value(i, a);
       if (v == "engine") o.bnd = boundary::engine;

@@ -284,6 +284,7 @@ run_result train_with(const options& o, bool fp8) {
 run_result train_delayed(const options& o, bool fp8);
 run_result train_current(const options& o, bool fp8);
 run_result train_mxfp8(const options& o, bool fp8);
+run_result train_nvfp4(const options& o, bool fp8);
 run_result train_block(const options& o, bool fp8);
 
 }  // namespace quickstart

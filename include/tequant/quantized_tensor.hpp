@@ -9,6 +9,7 @@
 
 #include "tequant/cast_plan.hpp"
 #include "tequant/format/e8m0.hpp"
+#include "tequant/format/nvfp4.hpp"
 
 namespace tequant {
 
@@ -99,6 +100,14 @@ void for_each_scale(const cast_plan& plan, std::size_t rows, std::size_t cols, c
       for (const float si : q.rowwise_scale_inv)
         if (si != 0.0f) f(1.0f / si);  // 0 marks padding
       return;
+    case scaling_mode::nvfp4: {
+      if (q.rowwise_block_scale.empty() || q.rowwise_scale_inv.empty()) return;
+      const std::size_t stride = nvfp4_rowwise_scale_shape(rows, cols).cols;
+      const float global_inv = q.rowwise_scale_inv[0];
+      for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t b = 0; b * 16 < cols; ++b) f(nvfp4_block_multiplier(q.rowwise_block_scale[r * stride + b], global_inv));
+      return;
+    }
   }
 }
 

@@ -8,3 +8,4 @@
 #include "tequant/recipe/delayed.hpp"
 #include "tequant/recipe/delayed_state.hpp"
 #include "tequant/recipe/mxfp8.hpp"
+#include "tequant/recipe/nvfp4.hpp"

@@ -13,6 +13,7 @@
 #include "tequant/backend/layouts.hpp"
 #include "tequant/backend/plan_dispatch.hpp"
 #include "tequant/backend/validate.hpp"
+#include "tequant/detail/host_nvfp4.hpp"
 #include "tequant/detail/host_simd.hpp"
 #include "tequant/error.hpp"
 #include "tequant/format/bits.hpp"
@@ -203,6 +204,29 @@ struct host_backend {
         const std::uint8_t b = columnwise ? q[k * M + m] : q[m * K + k];
         out[m * K + k] = decode_fp8(d, b) * scale_inv[si];
       }
+  }
+
+  // ---- NVFP4: E2M1 codes, E4M3 scale per 1x16 / 16x1 block (or 16x16 tile), fp32 global scale ------
+
+  /// Quantizes x [M, K] (M and K even) as TE's NVFP4 kernels do: S_enc = 448*6 / amax(x), an E4M3 scale
+  /// per block, E2M1 codes packed two a byte; columnwise data is the transpose [K, M]. Round to nearest,
+  /// or stochastically when opt.rng_offset is set (which then advances). Padding written as 0.
+  template <class T>
+    requires detail::host_input<T>
+  void quantize_nvfp4(matrix_view<const T> x, const nvfp4_options& opt, const nvfp4_output& o) const {
+    const detail::quantize_request r = detail::check_quantize_nvfp4(x.rows, x.cols, x.data, o);
+    if (r.empty) return;
+    detail::quantize_nvfp4_host(x, opt, o, r.row, r.col, r.rs, r.cs);
+  }
+
+  /// Dequantizes one direction of NVFP4 data into out [M, K] (columnwise data is [K, M]).
+  void dequantize_nvfp4(std::span<const std::uint8_t> q, std::size_t M, std::size_t K, bool columnwise,
+                        std::span<const std::uint8_t> scale, std::span<const float> global_scale_inv,
+                        std::span<float> out) const {
+    const scale_shape ss = detail::check_dequantize_nvfp4(q.size(), M, K, columnwise, scale.size(),
+                                                          global_scale_inv.size(), out.size());
+    if (M * K == 0) return;
+    detail::dequantize_nvfp4_host(q.data(), M, K, columnwise, scale.data(), ss, global_scale_inv[0], out.data());
   }
 
  private:

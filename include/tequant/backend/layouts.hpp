@@ -59,6 +59,16 @@ constexpr scale_shape block_scale_shape(std::size_t M, std::size_t K, bool tile_
   return columnwise ? block_1d_columnwise_scale_shape(M, K) : block_1d_rowwise_scale_shape(M, K);
 }
 
+/// NVFP4 rowwise E4M3 block scales: (roundup(M,128), roundup(ceil(K/16),4)); entry (m, k/16).
+constexpr scale_shape nvfp4_rowwise_scale_shape(std::size_t M, std::size_t K) noexcept {
+  return {detail::round_up(M, 128), detail::round_up(detail::ceil_div(K, 16), 4)};
+}
+/// NVFP4 columnwise E4M3 block scales (data transposed to [K, M]): (roundup(K,128), roundup(ceil(M/16),4));
+/// entry (k, m/16).
+constexpr scale_shape nvfp4_columnwise_scale_shape(std::size_t M, std::size_t K) noexcept {
+  return {detail::round_up(K, 128), detail::round_up(detail::ceil_div(M, 16), 4)};
+}
+
 /// Outputs of an MXFP8 quantization; an empty data span skips that direction. Columnwise data has
 /// the input's [M, K] layout (TE: not transposed).
 struct mxfp8_output {
@@ -72,6 +82,25 @@ struct block_output {
   std::span<float> rowwise_scale_inv;
   std::span<std::uint8_t> columnwise_data;
   std::span<float> columnwise_scale_inv;
+};
+
+/// Outputs of an NVFP4 quantization; an empty data span skips that direction. Data holds two E2M1 codes
+/// a byte (element 2i in the low nibble); columnwise data is the transpose, [K, M]. Per direction: the
+/// E4M3 block scales and one fp32 global decode scale (1 / S_enc).
+struct nvfp4_output {
+  std::span<std::uint8_t> rowwise_data, rowwise_scale;
+  std::span<float> rowwise_global_scale_inv;
+  std::span<std::uint8_t> columnwise_data, columnwise_scale;
+  std::span<float> columnwise_global_scale_inv;
+};
+
+/// How an NVFP4 cast rounds: to nearest even, or stochastically when `rng_offset` is set (random bits
+/// from Philox4x32-10 keyed by (rng_seed, *rng_offset, element index); *rng_offset advances by what
+/// the cast consumed). `tile_2d`: one block scale per 16x16 tile shared by both directions (weights).
+struct nvfp4_options {
+  bool tile_2d = false;
+  std::uint64_t* rng_offset = nullptr;
+  std::uint64_t rng_seed = 0;
 };
 
 namespace detail {

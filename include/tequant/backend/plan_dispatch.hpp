@@ -71,6 +71,11 @@ void quantize_with_plan(const Backend& be, matrix_view<const T> x, const cast_pl
       be.quantize_block(x, p.dtype, p.tile_2d, p.power_2_scale, p.amax_epsilon,
                         block_output{o.rowwise_data, o.rowwise_scale_inv, o.columnwise_data, o.columnwise_scale_inv});
       return;
+    case scaling_mode::nvfp4:
+      be.quantize_nvfp4(x, nvfp4_options{p.tile_2d, p.rng_offset, p.rng_seed},
+                        nvfp4_output{o.rowwise_data, o.rowwise_block_scale, o.rowwise_scale_inv, o.columnwise_data,
+                                     o.columnwise_block_scale, o.columnwise_scale_inv});
+      return;
   }
   unknown_mode("quantize", p.mode);
 }
@@ -99,6 +104,11 @@ void dequantize_with_plan(const Backend& be, const cast_plan& p, std::size_t row
       return;
     case scaling_mode::block:
       be.dequantize_block(columnwise ? q.columnwise_data : q.rowwise_data, rows, cols, p.dtype, p.tile_2d, columnwise,
+                          columnwise ? q.columnwise_scale_inv : q.rowwise_scale_inv, out);
+      return;
+    case scaling_mode::nvfp4:
+      be.dequantize_nvfp4(columnwise ? q.columnwise_data : q.rowwise_data, rows, cols, columnwise,
+                          columnwise ? q.columnwise_block_scale : q.rowwise_block_scale,
                           columnwise ? q.columnwise_scale_inv : q.rowwise_scale_inv, out);
       return;
   }

@@ -72,6 +72,43 @@ inline quantize_request check_quantize_block(std::size_t M, std::size_t K, const
   return r;
 }
 
+/// NVFP4 quantize of x [M, K]: M and K even (two codes a byte in either direction), a direction
+/// requested, TE's padded scale shapes, one global scale per direction.
+inline quantize_request check_quantize_nvfp4(std::size_t M, std::size_t K, const void* x, const nvfp4_output& o) {
+  quantize_request r = begin_quantize_request("quantize_nvfp4", M * K, x, o);
+  if (r.empty) return r;
+  require(M % 2 == 0 && K % 2 == 0, "quantize_nvfp4: input is ", M, " x ", K,
+          "; NVFP4 packs two codes a byte in both directions, so rows and cols must be even");
+  r.rs = nvfp4_rowwise_scale_shape(M, K);
+  r.cs = nvfp4_columnwise_scale_shape(M, K);
+  if (r.row) {
+    require_size("quantize_nvfp4", "rowwise_data", o.rowwise_data.size(), M * K / 2, "M*K/2");
+    require_size("quantize_nvfp4", "rowwise_scale", o.rowwise_scale.size(), r.rs.size(),
+                 "(roundup(M,128), roundup(ceil(K/16),4))");
+    require_size("quantize_nvfp4", "rowwise_global_scale_inv", o.rowwise_global_scale_inv.size(), 1, "one value per tensor");
+  }
+  if (r.col) {
+    require_size("quantize_nvfp4", "columnwise_data", o.columnwise_data.size(), M * K / 2, "K*M/2 (transposed)");
+    require_size("quantize_nvfp4", "columnwise_scale", o.columnwise_scale.size(), r.cs.size(),
+                 "(roundup(K,128), roundup(ceil(M/16),4))");
+    require_size("quantize_nvfp4", "columnwise_global_scale_inv", o.columnwise_global_scale_inv.size(), 1,
+                 "one value per tensor");
+  }
+  return r;
+}
+
+/// NVFP4 dequantize of [M, K] (columnwise data [K, M]): returns the block scale tensor's shape.
+inline scale_shape check_dequantize_nvfp4(std::size_t data, std::size_t M, std::size_t K, bool columnwise,
+                                          std::size_t scale, std::size_t global, std::size_t out) {
+  require(M % 2 == 0 && K % 2 == 0, "dequantize_nvfp4: ", M, " x ", K, " is not an NVFP4 shape (rows and cols even)");
+  const scale_shape ss = columnwise ? nvfp4_columnwise_scale_shape(M, K) : nvfp4_rowwise_scale_shape(M, K);
+  require_size("dequantize_nvfp4", "data", data, M * K / 2, "M*K/2");
+  require_size("dequantize_nvfp4", "scale", scale, ss.size(), "TE's padded NVFP4 scale shape");
+  require_size("dequantize_nvfp4", "global_scale_inv", global, 1, "one value per tensor");
+  require_size("dequantize_nvfp4", "out", out, M * K, "M*K");
+  return ss;
+}
+
 /// MXFP8 dequantize of [M, K]: returns the scale shape the scale tensor has.
 inline scale_shape check_dequantize_mxfp8(std::size_t data, std::size_t M, std::size_t K, bool columnwise,
                                           std::size_t scale, std::size_t out) {

@@ -237,6 +237,17 @@ class cuda_backend {
     launch_dequantize(a);
   }
 
+  /// NVFP4 has no CUDA kernels yet: a tequant::error naming the host backend, which has them.
+  template <class T>
+    requires detail::is_quantizable_input<T>
+  void quantize_nvfp4(matrix_view<const T>, const nvfp4_options&, const nvfp4_output&) const {
+    detail::fail("cuda_backend: quantize_nvfp4 is not implemented (NVFP4 runs on host_backend only)");
+  }
+  void dequantize_nvfp4(std::span<const std::uint8_t>, std::size_t, std::size_t, bool, std::span<const std::uint8_t>,
+                        std::span<const float>, std::span<float>) const {
+    detail::fail("cuda_backend: dequantize_nvfp4 is not implemented (NVFP4 runs on host_backend only)");
+  }
+
   /// Dequantizes FP8 block data into out [M, K]; columnwise data is [K, M].
   void dequantize_block(std::span<const std::uint8_t> q, std::size_t M, std::size_t K, fp8_dtype d, bool tile_2d,
                         bool columnwise, std::span<const float> scale_inv, std::span<float> out) const {

@@ -1,0 +1,306 @@
+// SPDX-License-Identifier: Apache-2.0
+// Host NVFP4 quantize and dequantize (fp32, bf16 and fp16 input): TE's rule (format/nvfp4.hpp) with TE's
+// scale layouts. Two passes like current scaling: the tensor's amax, then the cast. Rowwise blocks run an
+// AVX2 kernel where the CPU has one (chosen at run time like host_simd.hpp's kernels); the columnwise and
+// 2D-tile paths and every other target run the portable loops, which produce the same bits.
+#pragma once
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "tequant/backend/layouts.hpp"
+#include "tequant/detail/host_simd.hpp"
+#include "tequant/detail/philox.hpp"
+#include "tequant/format/bits.hpp"
+#include "tequant/format/e2m1.hpp"
+#include "tequant/format/fp8.hpp"
+#include "tequant/format/nvfp4.hpp"
+
+namespace tequant::detail {
+
+/// The random word of element `e` of a stochastic-rounding stream (seed, first group). Caches the last
+/// group, so a sequential walk runs Philox once per four elements.
+class nvfp4_random {
+ public:
+  nvfp4_random(std::uint64_t seed, std::uint64_t first_group) noexcept : seed_(seed), first_(first_group) {}
+  std::uint32_t operator()(std::uint64_t e) noexcept {
+    const std::uint64_t g = e / 4;
+    if (g != group_) {
+      words_ = philox_group(seed_, first_, g);
+      group_ = g;
+    }
+    return words_[e % 4];
+  }
+
+ private:
+  std::uint64_t seed_, first_;
+  std::uint64_t group_ = ~std::uint64_t{0};
+  philox_counter words_{};
+};
+
+/// Groups of four random words a stream over n elements consumes.
+constexpr std::uint64_t nvfp4_groups(std::size_t n) noexcept { return (static_cast<std::uint64_t>(n) + 3) / 4; }
+
+/// Writes code c (low nibble) for element e of a packed code array.
+inline void put_nibble(std::uint8_t* data, std::size_t e, std::uint8_t c) noexcept {
+  std::uint8_t& b = data[e / 2];
+  b = (e & 1) != 0 ? static_cast<std::uint8_t>((b & 0x0Fu) | (c << 4)) : static_cast<std::uint8_t>((b & 0xF0u) | c);
+}
+inline std::uint8_t get_nibble(const std::uint8_t* data, std::size_t e) noexcept {
+  return static_cast<std::uint8_t>((data[e / 2] >> ((e & 1) * 4)) & 0x0Fu);
+}
+
+template <class T>
+inline float nvfp4_block_amax(const T* x, std::size_t n, std::size_t stride) noexcept {
+  std::uint32_t m = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t k = amax_key(widen(x[i * stride]));
+    m = k > m ? k : m;
+  }
+  return bits_float(m);
+}
+
+/// Rowwise blocks of one row, round to nearest: codes and block scales (the portable loop).
+template <class T>
+inline void nvfp4_row_rn_scalar(const T* x, std::size_t K, float s_enc, float s_dec, std::uint8_t* data,
+                                std::uint8_t* scale) noexcept {
+  for (std::size_t c0 = 0, b = 0; c0 < K; c0 += nvfp4_block, ++b) {
+    const std::size_t len = std::min<std::size_t>(nvfp4_block, K - c0);
+    const std::uint8_t code = nvfp4_block_scale(nvfp4_block_amax(x + c0, len, 1), s_enc);
+    const float mult = nvfp4_block_multiplier(code, s_dec);
+    scale[b] = code;
+    for (std::size_t i = 0; i < len; i += 2) {
+      const std::uint8_t lo = encode_e2m1(widen(x[c0 + i]) * mult);
+      const std::uint8_t hi = encode_e2m1(widen(x[c0 + i + 1]) * mult);
+      data[(c0 + i) / 2] = static_cast<std::uint8_t>(lo | (hi << 4));
+    }
+  }
+}
+
+#if TEQUANT_HAS_X86_TARGET_ATTRIBUTES
+namespace avx2 {
+
+/// E2M1 codes of eight floats (low 4 bits of each lane): the scalar encoder's threshold count on the
+/// sign-cleared bits, NaN -> +6.
+TEQUANT_TARGET_AVX2_INLINE inline __m256i encode_e2m1_8(__m256 y) noexcept {
+  const __m256i u = _mm256_castps_si256(y);
+  const __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
+  __m256i neg_code = _mm256_setzero_si256();  // each passed threshold adds a -1 lane
+  for (const std::uint32_t t : e2m1_tie_down)
+    neg_code = _mm256_add_epi32(neg_code, _mm256_cmpgt_epi32(a, _mm256_set1_epi32(static_cast<int>(t))));
+  for (const std::uint32_t t : e2m1_tie_up)
+    neg_code = _mm256_add_epi32(neg_code, _mm256_cmpgt_epi32(a, _mm256_set1_epi32(static_cast<int>(t - 1))));
+  const __m256i code = _mm256_sub_epi32(_mm256_setzero_si256(), neg_code);
+  const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(u, 28), _mm256_set1_epi32(0x8));
+  const __m256i is_nan = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7F800000));
+  return _mm256_blendv_epi8(_mm256_or_si256(code, sign), _mm256_set1_epi32(0x7), is_nan);
+}
+
+/// Packs 16 code lanes (elements 0-7 in c0, 8-15 in c1) into 8 bytes, element 2i in the low nibble.
+TEQUANT_TARGET_AVX2_INLINE inline std::uint64_t pack16(__m256i c0, __m256i c1) noexcept {
+  // Each 64-bit lane holds (even, odd): even | odd << 4 lands in its low byte.
+  const __m256i p0 = _mm256_or_si256(c0, _mm256_srli_epi64(c0, 28));
+  const __m256i p1 = _mm256_or_si256(c1, _mm256_srli_epi64(c1, 28));
+  // Low byte of each 64-bit lane: the low 128-bit half's two to bytes 0-1, the high half's to bytes 2-3.
+  const __m256i pick = _mm256_setr_epi8(0, 8, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,  //
+                                        -1, -1, 0, 8, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+  const __m256i b0 = _mm256_shuffle_epi8(p0, pick), b1 = _mm256_shuffle_epi8(p1, pick);
+  const __m128i w0 = _mm_or_si128(_mm256_castsi256_si128(b0), _mm256_extracti128_si256(b0, 1));
+  const __m128i w1 = _mm_or_si128(_mm256_castsi256_si128(b1), _mm256_extracti128_si256(b1, 1));
+  return static_cast<std::uint64_t>(static_cast<std::uint32_t>(_mm_cvtsi128_si32(w0))) |
+         static_cast<std::uint64_t>(static_cast<std::uint32_t>(_mm_cvtsi128_si32(w1))) << 32;
+}
+
+/// Max |x| of 16 elements, NaN ignored (as float).
+template <class T>
+TEQUANT_TARGET_AVX2_INLINE inline float block16_amax(__m256 v0, __m256 v1) noexcept {
+  const __m256i k = _mm256_max_epu32(amax_key8(v0), amax_key8(v1));
+  return bits_float(hmax_epi32(k));
+}
+
+/// E4M3 code -> value for the codes a block scale can take (0..126; 127 is NaN and never produced).
+inline constexpr auto e4m3_values = [] {
+  std::array<float, 128> t{};
+  for (unsigned c = 0; c < 128; ++c) t[c] = decode_e4m3(static_cast<std::uint8_t>(c));
+  return t;
+}();
+
+/// Codes of 16 elements scaled by m, packed, stored at out (8 bytes).
+template <class T>
+TEQUANT_TARGET_AVX2_INLINE inline void nvfp4_encode16(const T* p, __m256 m, std::uint8_t* out) noexcept {
+  const std::uint64_t packed =
+      pack16(encode_e2m1_8(_mm256_mul_ps(load8(p), m)), encode_e2m1_8(_mm256_mul_ps(load8(p + 8), m)));
+  std::memcpy(out, &packed, sizeof packed);
+}
+
+/// The rowwise round-to-nearest path of one row. Eight blocks at a time: their amaxes (one transpose
+/// max), E4M3 scales (the FP8 encoder of host_simd.hpp), decoded scales (a table) and multipliers (one
+/// IEEE division) in one vector each, the same operations as the scalar rule; then each block's
+/// codes. Leftover full blocks one at a time, a partial last block by the portable loop.
+template <class T>
+TEQUANT_TARGET_AVX2 inline void nvfp4_row_rn(const T* x, std::size_t K, float s_enc, float s_dec, std::uint8_t* data,
+                                             std::uint8_t* scale) noexcept {
+  constexpr std::size_t B = nvfp4_block;
+  const std::size_t full = K / B;
+  std::size_t b = 0;
+  const __m256 block_factor = _mm256_set1_ps(s_enc * (1.0f / e2m1_max));
+  const __m256 dec = _mm256_set1_ps(s_dec);
+  for (; b + 8 <= full; b += 8) {
+    const T* p = x + b * B;
+    __m256i keys[8];
+    for (int j = 0; j < 8; ++j)
+      keys[j] = _mm256_max_epi32(amax_key8(load8(p + j * B)), amax_key8(load8(p + j * B + 8)));
+    const __m256 bamax = _mm256_castsi256_ps(transpose_max8(keys));
+    const __m256i codes = encode8<fp8_dtype::e4m3>(_mm256_mul_ps(bamax, block_factor));
+    const __m256 scales = _mm256_i32gather_ps(e4m3_values.data(), codes, 4);
+    const __m256 mult = _mm256_min_ps(_mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(scales, dec)),
+                                      _mm256_set1_ps(float_max));  // 1 / 0 = inf -> FLT_MAX
+    alignas(32) std::int32_t c[8];
+    alignas(32) float m[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(c), codes);
+    _mm256_store_ps(m, mult);
+    for (int j = 0; j < 8; ++j) {
+      scale[b + static_cast<std::size_t>(j)] = static_cast<std::uint8_t>(c[j]);
+      nvfp4_encode16(p + j * B, _mm256_set1_ps(m[j]), data + (b + static_cast<std::size_t>(j)) * (B / 2));
+    }
+  }
+  for (; b < full; ++b) {
+    const T* p = x + b * B;
+    const __m256 v0 = load8(p), v1 = load8(p + 8);
+    const std::uint8_t code = nvfp4_block_scale(block16_amax<T>(v0, v1), s_enc);
+    scale[b] = code;
+    nvfp4_encode16(p, _mm256_set1_ps(nvfp4_block_multiplier(code, s_dec)), data + b * (B / 2));
+  }
+  if (full * B < K) nvfp4_row_rn_scalar(x + full * B, K - full * B, s_enc, s_dec, data + full * (B / 2), scale + full);
+}
+
+}  // namespace avx2
+#endif
+
+/// One row's rowwise blocks, round to nearest (dispatched).
+template <class T>
+inline void nvfp4_row_rn_host(const T* x, std::size_t K, float s_enc, float s_dec, std::uint8_t* data,
+                              std::uint8_t* scale) noexcept {
+#if TEQUANT_HAS_X86_TARGET_ATTRIBUTES
+  if (host_has_avx2()) return avx2::nvfp4_row_rn(x, K, s_enc, s_dec, data, scale);
+#endif
+  nvfp4_row_rn_scalar(x, K, s_enc, s_dec, data, scale);
+}
+
+/// Quantizes x [M, K] (M, K even; checked by the caller) into the requested directions of `o`.
+template <class T>
+void quantize_nvfp4_host(matrix_view<const T> x, const nvfp4_options& opt, const nvfp4_output& o, bool row, bool col,
+                         scale_shape rs, scale_shape cs) {
+  const std::size_t M = x.rows, K = x.cols, n = M * K;
+  // Pass 1: the tensor's amax (NaN ignored). Without a Hadamard transform both directions share it.
+  const float s_enc = nvfp4_global_encode_scale(amax_host(x.data, n));
+  const float s_dec = div_rn(1.0f, s_enc);
+  const bool sr = opt.rng_offset != nullptr;
+  const std::uint64_t first = sr ? *opt.rng_offset : 0;
+  if (row) {
+    std::memset(o.rowwise_scale.data(), 0, o.rowwise_scale.size());
+    o.rowwise_global_scale_inv[0] = s_dec;
+  }
+  if (col) {
+    std::memset(o.columnwise_scale.data(), 0, o.columnwise_scale.size());
+    o.columnwise_global_scale_inv[0] = s_dec;
+  }
+  const std::size_t KB = ceil_div(K, nvfp4_block), MB = ceil_div(M, nvfp4_block);
+  // 16x16 tiles: one scale per tile for both directions.
+  std::vector<std::uint8_t> tile;
+  if (opt.tile_2d) {
+    tile.resize(MB * KB);
+    for (std::size_t mb = 0; mb < MB; ++mb)
+      for (std::size_t kb = 0; kb < KB; ++kb) {
+        const std::size_t r1 = std::min(M, (mb + 1) * nvfp4_block), c1 = std::min(K, (kb + 1) * nvfp4_block);
+        float a = 0.0f;
+        for (std::size_t r = mb * nvfp4_block; r < r1; ++r)
+          a = nan_ignoring_max(a, nvfp4_block_amax(x.data + r * K + kb * nvfp4_block, c1 - kb * nvfp4_block, 1));
+        tile[mb * KB + kb] = nvfp4_block_scale(a, s_enc);
+      }
+  }
+  // Pass 2, rowwise: element index e = m*K + k of the stream's first n elements.
+  if (row && !sr && !opt.tile_2d) {
+    for (std::size_t m = 0; m < M; ++m)
+      nvfp4_row_rn_host(x.data + m * K, K, s_enc, s_dec, o.rowwise_data.data() + m * K / 2,
+                        o.rowwise_scale.data() + m * rs.cols);
+  } else if (row) {
+    nvfp4_random rnd(opt.rng_seed, first);
+    for (std::size_t m = 0; m < M; ++m) {
+      const T* xr = x.data + m * K;
+      for (std::size_t kb = 0; kb < KB; ++kb) {
+        const std::size_t c0 = kb * nvfp4_block, len = std::min<std::size_t>(nvfp4_block, K - c0);
+        const std::uint8_t code =
+            opt.tile_2d ? tile[(m / nvfp4_block) * KB + kb] : nvfp4_block_scale(nvfp4_block_amax(xr + c0, len, 1), s_enc);
+        o.rowwise_scale[m * rs.cols + kb] = code;
+        const float mult = nvfp4_block_multiplier(code, s_dec);
+        for (std::size_t i = 0; i < len; ++i) {
+          const std::size_t e = m * K + c0 + i;
+          const float v = widen(xr[c0 + i]) * mult;
+          put_nibble(o.rowwise_data.data(), e, sr ? encode_e2m1_stochastic(v, rnd(e)) : encode_e2m1(v));
+        }
+      }
+    }
+  }
+  // Pass 2, columnwise (data transposed to [K, M]), round to nearest: 16 rows at a time in row order
+  // (their column amaxes, then two rows per output byte), the same operations as the loop below.
+  if (col && !sr) {
+    std::vector<std::uint32_t> colkey(K);
+    std::vector<float> mult(K);
+    for (std::size_t mb = 0; mb < MB; ++mb) {
+      const std::size_t r0 = mb * nvfp4_block, len = std::min<std::size_t>(nvfp4_block, M - r0);
+      if (!opt.tile_2d) {
+        std::fill(colkey.begin(), colkey.end(), 0u);
+        for (std::size_t i = 0; i < len; ++i) column_amax_host(x.data + (r0 + i) * K, K, colkey.data());
+      }
+      for (std::size_t k = 0; k < K; ++k) {
+        const std::uint8_t code = opt.tile_2d ? tile[mb * KB + k / nvfp4_block] : nvfp4_block_scale(bits_float(colkey[k]), s_enc);
+        o.columnwise_scale[k * cs.cols + mb] = code;
+        mult[k] = nvfp4_block_multiplier(code, s_dec);
+      }
+      for (std::size_t i = 0; i < len; i += 2) {  // len is even: M is, and r0 a multiple of 16
+        const T* lo_row = x.data + (r0 + i) * K;
+        const T* hi_row = lo_row + K;
+        std::uint8_t* out = o.columnwise_data.data() + (r0 + i) / 2;
+        for (std::size_t k = 0; k < K; ++k)
+          out[k * (M / 2)] = static_cast<std::uint8_t>(encode_e2m1(widen(lo_row[k]) * mult[k]) |
+                                                       (encode_e2m1(widen(hi_row[k]) * mult[k]) << 4));
+      }
+    }
+  }
+  // Stochastic: element index e = k*M + m of a stream after the rowwise one, in that order.
+  if (col && sr) {
+    nvfp4_random rnd(opt.rng_seed, first + nvfp4_groups(n));
+    for (std::size_t k = 0; k < K; ++k) {
+      for (std::size_t mb = 0; mb < MB; ++mb) {
+        const std::size_t r0 = mb * nvfp4_block, len = std::min<std::size_t>(nvfp4_block, M - r0);
+        const std::uint8_t code = opt.tile_2d ? tile[mb * KB + k / nvfp4_block]
+                                              : nvfp4_block_scale(nvfp4_block_amax(x.data + r0 * K + k, len, K), s_enc);
+        o.columnwise_scale[k * cs.cols + mb] = code;
+        const float mult = nvfp4_block_multiplier(code, s_dec);
+        for (std::size_t i = 0; i < len; ++i) {
+          const std::size_t e = k * M + r0 + i;
+          const float v = widen(x.data[(r0 + i) * K + k]) * mult;
+          put_nibble(o.columnwise_data.data(), e, sr ? encode_e2m1_stochastic(v, rnd(e)) : encode_e2m1(v));
+        }
+      }
+    }
+  }
+  if (sr) *opt.rng_offset = first + (row ? nvfp4_groups(n) : 0) + (col ? nvfp4_groups(n) : 0);
+}
+
+/// Decodes one direction: out [M, K] = e2m1 * e4m3 block scale * global decode scale.
+inline void dequantize_nvfp4_host(const std::uint8_t* q, std::size_t M, std::size_t K, bool columnwise,
+                                  const std::uint8_t* scale, scale_shape ss, float global_inv, float* out) noexcept {
+  for (std::size_t m = 0; m < M; ++m)
+    for (std::size_t k = 0; k < K; ++k) {
+      const std::size_t e = columnwise ? k * M + m : m * K + k;
+      const std::uint8_t s = columnwise ? scale[k * ss.cols + m / nvfp4_block] : scale[m * ss.cols + k / nvfp4_block];
+      out[m * K + k] = decode_e2m1(get_nibble(q, e)) * decode_e4m3(s) * global_inv;
+    }
+}
+
+}  // namespace tequant::detail

@@ -1,0 +1,226 @@
+// SPDX-License-Identifier: Apache-2.0
+// Host NVFP4 quantize/dequantize against an independent reference of TE's rule, stochastic rounding,
+// and the Philox4x32-10 generator behind it.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "backend/nvfp4_reference.hpp"
+#include "tequant/backend/host.hpp"
+#include "tequant/cast_plan.hpp"
+#include "tequant/detail/philox.hpp"
+#include "tequant/quantized_tensor.hpp"
+
+namespace {
+
+using tequant::cast_plan;
+using tequant::host_backend;
+using tequant::matrix_view;
+using tequant::quantized_tensor;
+using tequant::scaling_mode;
+
+/// Random values over many magnitudes, with outliers, zeros, and optionally NaN and inf.
+std::vector<float> random_tensor(std::size_t n, unsigned seed, bool specials) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::uniform_int_distribution<int> pick(0, 99), expo(-20, 20);
+  std::vector<float> x(n);
+  for (float& v : x) {
+    const int k = pick(g);
+    if (k < 5) v = 0.0f;
+    else if (k < 7) v = -0.0f;
+    else if (k < 9) v = nd(g) * 1e4f;  // outliers
+    else v = std::ldexp(nd(g), expo(g) / 4);
+  }
+  if (specials && n > 8) {
+    x[n / 3] = std::numeric_limits<float>::quiet_NaN();
+    x[n / 2] = -std::numeric_limits<float>::quiet_NaN();
+    x[n - 1] = std::numeric_limits<float>::infinity();
+  }
+  return x;
+}
+
+cast_plan nvfp4_plan(bool tile_2d) {
+  cast_plan p{nullptr, nullptr, tequant::fp8_dtype::e4m3, scaling_mode::nvfp4};
+  p.tile_2d = tile_2d;
+  return p;
+}
+
+std::uint8_t nibble(const std::span<std::uint8_t> d, std::size_t e) { return (d[e / 2] >> ((e & 1) * 4)) & 0xF; }
+
+/// Quantizes x (as T) with the host backend and compares both directions with the reference.
+template <class T>
+void check_against_reference(const std::vector<float>& x_f, std::size_t M, std::size_t K, bool tile_2d) {
+  std::vector<T> x(x_f.size());
+  std::vector<float> widened(x_f.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if constexpr (std::is_same_v<T, float>) x[i] = x_f[i];
+    else x[i] = tequant::to_bf16(x_f[i]);
+    widened[i] = tequant::detail::widen(x[i]);
+  }
+  host_backend be;
+  const cast_plan plan = nvfp4_plan(tile_2d);
+  quantized_tensor<host_backend> q;
+  q.prepare(be, plan, M, K);
+  be.quantize(matrix_view<const T>{x.data(), M, K}, plan, q.output());
+  const tequant::quantized_output o = q.output();
+  for (int d = 0; d < 2; ++d) {
+    const bool col = d == 1;
+    const auto ref = nvfp4_reference::cast(widened, M, K, col, tile_2d);
+    const auto data = col ? o.columnwise_data : o.rowwise_data;
+    const auto scale = col ? o.columnwise_block_scale : o.rowwise_block_scale;
+    const tequant::scale_shape ss = col ? tequant::nvfp4_columnwise_scale_shape(M, K) : tequant::nvfp4_rowwise_scale_shape(M, K);
+    CHECK((col ? o.columnwise_scale_inv : o.rowwise_scale_inv)[0] == ref.global_decode);
+    std::size_t bad_codes = 0, bad_scales = 0, bad_padding = 0;
+    const std::size_t lines = col ? K : M;
+    for (std::size_t e = 0; e < M * K; ++e) bad_codes += nibble(data, e) != ref.codes[e];
+    for (std::size_t r = 0; r < ss.rows; ++r)
+      for (std::size_t c = 0; c < ss.cols; ++c) {
+        const std::uint8_t got = scale[r * ss.cols + c];
+        if (r < lines && c < ref.blocks) bad_scales += got != ref.scales[r * ref.blocks + c];
+        else bad_padding += got != 0;
+      }
+    INFO("M=" << M << " K=" << K << " columnwise=" << col << " tile_2d=" << tile_2d);
+    CHECK(bad_codes == 0);
+    CHECK(bad_scales == 0);
+    CHECK(bad_padding == 0);
+    // Dequantize: code * block scale * global decode scale.
+    std::vector<float> out(M * K);
+    be.dequantize(plan, M, K, o, col, out);
+    std::size_t bad_values = 0;
+    for (std::size_t m = 0; m < M; ++m)
+      for (std::size_t k = 0; k < K; ++k) {
+        const std::size_t line = col ? k : m, i = col ? m : k;
+        const float want = nvfp4_reference::e2m1_value(ref.codes[line * (col ? M : K) + i]) *
+                           static_cast<float>(nvfp4_reference::e4m3_value(ref.scales[line * ref.blocks + i / 16])) *
+                           ref.global_decode;
+        bad_values += !(out[m * K + k] == want || (std::isnan(want) && std::isnan(out[m * K + k])));
+      }
+    CHECK(bad_values == 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("nvfp4: host casts match the reference of TE's rule byte for byte (fp32, bf16, 1D and 2D, partial blocks)") {
+  const std::size_t shapes[][2] = {{32, 64}, {16, 16}, {2, 2}, {18, 40}, {130, 34}, {48, 150}, {64, 256}};
+  unsigned seed = 1;
+  for (const auto& s : shapes)
+    for (const bool specials : {false, true})
+      for (const bool tile_2d : {false, true}) {
+        const auto x = random_tensor(s[0] * s[1], seed++, specials);
+        check_against_reference<float>(x, s[0], s[1], tile_2d);
+        check_against_reference<tequant::bf16>(x, s[0], s[1], tile_2d);
+      }
+}
+
+TEST_CASE("nvfp4: all-zero, all-NaN, infinite and tiny tensors follow TE's global-scale rule") {
+  const std::size_t M = 16, K = 32;
+  std::vector<float> zeros(M * K, 0.0f);
+  check_against_reference<float>(zeros, M, K, false);
+  std::vector<float> nans(M * K, std::numeric_limits<float>::quiet_NaN());
+  check_against_reference<float>(nans, M, K, false);
+  auto inf = random_tensor(M * K, 99, false);
+  inf[5] = -std::numeric_limits<float>::infinity();
+  check_against_reference<float>(inf, M, K, true);
+  std::vector<float> tiny(M * K, 1e-40f);  // amax denormal: S_enc capped at FLT_MAX
+  tiny[3] = -3e-39f;
+  check_against_reference<float>(tiny, M, K, false);
+  CHECK(tequant::nvfp4_global_encode_scale(0.0f) == 1.0f);
+  CHECK(tequant::nvfp4_global_encode_scale(std::numeric_limits<float>::infinity()) == 1.0f);
+  CHECK(tequant::nvfp4_global_encode_scale(1e-45f) == std::numeric_limits<float>::max());
+  CHECK(tequant::nvfp4_global_encode_scale(2688.0f) == 1.0f);
+}
+
+TEST_CASE("nvfp4: the vectorised rowwise path equals the portable loop") {
+  for (const std::size_t K : {16u, 32u, 48u, 40u, 128u, 256u, 406u}) {
+    const auto x = random_tensor(K, static_cast<unsigned>(K), true);
+    const float s_enc = tequant::nvfp4_global_encode_scale(3.0f), s_dec = 1.0f / s_enc;
+    std::vector<std::uint8_t> d0(K / 2), d1(K / 2), s0((K + 15) / 16), s1((K + 15) / 16);
+    tequant::detail::nvfp4_row_rn_scalar(x.data(), K, s_enc, s_dec, d0.data(), s0.data());
+    tequant::detail::nvfp4_row_rn_host(x.data(), K, s_enc, s_dec, d1.data(), s1.data());
+    CHECK(d0 == d1);
+    CHECK(s0 == s1);
+  }
+}
+
+TEST_CASE("nvfp4: bad shapes and sizes are tequant errors") {
+  host_backend be;
+  std::vector<float> x(3 * 16, 1.0f);
+  const cast_plan plan = nvfp4_plan(false);
+  quantized_tensor<host_backend> q;
+  q.prepare(be, plan, 3, 16);
+  CHECK_THROWS_WITH_AS(be.quantize(matrix_view<const float>{x.data(), 3, 16}, plan, q.output()),
+                       doctest::Contains("rows and cols must be even"), tequant::error);
+  quantized_tensor<host_backend> q2;
+  q2.prepare(be, plan, 2, 16);
+  auto o = q2.output();
+  o.rowwise_block_scale = o.rowwise_block_scale.first(3);
+  CHECK_THROWS_WITH_AS(be.quantize(matrix_view<const float>{x.data(), 2, 16}, plan, o),
+                       doctest::Contains("rowwise_scale has 3 elements"), tequant::error);
+}
+
+TEST_CASE("philox4x32-10: Random123's known-answer vectors") {
+  using tequant::detail::philox4x32_10;
+  using C = tequant::detail::philox_counter;
+  CHECK(philox4x32_10({0, 0, 0, 0}, {0, 0}) == C{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u});
+  CHECK(philox4x32_10({0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}, {0xffffffffu, 0xffffffffu}) ==
+        C{0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu});
+  CHECK(philox4x32_10({0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}, {0xa4093822u, 0x299f31d0u}) ==
+        C{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u});
+}
+
+TEST_CASE("nvfp4 stochastic rounding: unbiased, reproducible from (seed, offset), offset advances") {
+  host_backend be;
+  const std::size_t M = 64, K = 256, n = M * K;
+  // Every element is the same value, between two E2M1 neighbours after scaling: the block amax sets the
+  // scale, so one 6.0-ish element per block pins it and the rest sit in between.
+  std::vector<float> x(n, 0.7f);
+  for (std::size_t i = 0; i < n; i += 16) x[i] = 6.0f;
+  std::uint64_t offset = 0;
+  cast_plan plan = nvfp4_plan(false);
+  plan.rng_offset = &offset;
+  plan.rng_seed = 1234;
+  quantized_tensor<host_backend> q, q2;
+  q.prepare(be, plan, M, K);
+  q2.prepare(be, plan, M, K);
+  be.quantize(matrix_view<const float>{x.data(), M, K}, plan, q.output());
+  CHECK(offset == 2 * ((n + 3) / 4));  // both directions drew one word per element
+  std::vector<float> out(n);
+  be.dequantize(plan, M, K, q.output(), false, out);
+  double sum = 0.0, count = 0.0, rn_sum = 0.0;
+  std::vector<float> rn_out(n);
+  {
+    quantized_tensor<host_backend> r;
+    const cast_plan rn = nvfp4_plan(false);
+    r.prepare(be, rn, M, K);
+    be.quantize(matrix_view<const float>{x.data(), M, K}, rn, r.output());
+    be.dequantize(rn, M, K, r.output(), false, rn_out);
+  }
+  for (std::size_t i = 0; i < n; ++i)
+    if (i % 16 != 0) {
+      sum += out[i];
+      rn_sum += rn_out[i];
+      count += 1.0;
+    }
+  const double mean = sum / count, rn_mean = rn_sum / count;
+  INFO("SR mean " << mean << ", RN mean " << rn_mean);
+  CHECK(std::fabs(mean - 0.7) < 0.01);    // converges to the input
+  CHECK(std::fabs(rn_mean - 0.7) > 0.02);  // where round-to-nearest is biased
+  // Same (seed, offset): same bits; the next offset: different bits.
+  std::uint64_t again = 0;
+  plan.rng_offset = &again;
+  be.quantize(matrix_view<const float>{x.data(), M, K}, plan, q2.output());
+  CHECK(std::equal(q.output().rowwise_data.begin(), q.output().rowwise_data.end(), q2.output().rowwise_data.begin()));
+  CHECK(std::equal(q.output().columnwise_data.begin(), q.output().columnwise_data.end(), q2.output().columnwise_data.begin()));
+  be.quantize(matrix_view<const float>{x.data(), M, K}, plan, q2.output());
+  CHECK_FALSE(std::equal(q.output().rowwise_data.begin(), q.output().rowwise_data.end(), q2.output().rowwise_data.begin()));
+  plan.rng_seed = 1235;
+  again = 0;
+  be.quantize(matrix_view<const float>{x.data(), M, K}, plan, q2.output());
+  CHECK_FALSE(std::equal(q.output().rowwise_data.begin(), q.output().rowwise_data.end(), q2.output().rowwise_data.begin()));
+}
