@@ -78,6 +78,7 @@ run_result train_delayed_mpi(const options& o, const corpus& data, bool fp8, con
 run_result train_current_mpi(const options& o, const corpus& data, bool fp8, const mpi_parallel& dp);
 run_result train_mxfp8_mpi(const options& o, const corpus& data, bool fp8, const mpi_parallel& dp);
 run_result train_block_mpi(const options& o, const corpus& data, bool fp8, const mpi_parallel& dp);
+run_result train_nvfp4_mpi(const options& o, const corpus& data, bool fp8, const mpi_parallel& dp);
 
 inline run_result train_mpi(const options& o, const corpus& data, bool fp8, const mpi_parallel& dp) {
   switch (o.rec) {
@@ -85,6 +86,7 @@ inline run_result train_mpi(const options& o, const corpus& data, bool fp8, cons
     case recipe::current: return train_current_mpi(o, data, fp8, dp);
     case recipe::mxfp8: return train_mxfp8_mpi(o, data, fp8, dp);
     case recipe::block: return train_block_mpi(o, data, fp8, dp);
+    case recipe::nvfp4: return train_nvfp4_mpi(o, data, fp8, dp);
   }
   return {};
 }
