@@ -16,6 +16,9 @@ class fnv1a {
     const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
     for (int i = 0; i < 4; ++i) h_ = (h_ ^ ((u >> (8 * i)) & 0xffu)) * 1099511628211ull;
   }
+  void add(std::uint64_t u) {
+    for (int i = 0; i < 8; ++i) h_ = (h_ ^ ((u >> (8 * i)) & 0xffu)) * 1099511628211ull;
+  }
   void add(const std::vector<float>& v) {
     for (float f : v) add(f);
   }
@@ -26,8 +29,8 @@ class fnv1a {
 };
 
 /// The committed scaling state: every bucket's scales and amax history (TE's [L, n] layout without
-/// row 0, the staging amaxes: those are each rank's own until the next update reduces them). 0 for a
-/// stateless recipe.
+/// row 0, the staging amaxes: those are each rank's own until the next update reduces them), or, for
+/// NVFP4, every slot's stochastic-rounding stream position. 0 for a stateless recipe.
 template <class Manager>
 std::uint64_t state_checksum(const Manager& m) {
   if constexpr (!Manager::is_stateful) {
@@ -36,12 +39,16 @@ std::uint64_t state_checksum(const Manager& m) {
   } else {
     fnv1a h;
     for (const auto& bucket : m.recipe_state()) {
-      const std::uint32_t n = bucket.size(), L = bucket.history_length();
-      for (std::uint32_t j = 0; j < n; ++j) h.add(bucket.scale(j));
-      std::vector<float> history(std::size_t(L) * n);
-      bucket.export_te_history(0, n, history);
-      history.erase(history.begin(), history.begin() + n);  // row 0: staging
-      h.add(history);
+      if constexpr (requires { bucket.offsets; }) {
+        for (const std::uint64_t o : bucket.offsets) h.add(o);
+      } else {
+        const std::uint32_t n = bucket.size(), L = bucket.history_length();
+        for (std::uint32_t j = 0; j < n; ++j) h.add(bucket.scale(j));
+        std::vector<float> history(std::size_t(L) * n);
+        bucket.export_te_history(0, n, history);
+        history.erase(history.begin(), history.begin() + n);  // row 0: staging
+        h.add(history);
+      }
     }
     return h.value();
   }
