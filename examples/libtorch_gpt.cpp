@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "gpt/corpus.hpp"
+#include "gpt/loss_csv.hpp"
 #include "gpt/options.hpp"
 #include "tequant/boundary/autocast_entry.hpp"
 #include "tequant/boundary/engine_callback.hpp"
@@ -335,24 +336,6 @@ std::string pow2(float v) {
   return b;
 }
 
-void write_loss_csv(const std::string& path, const run_result* fp32, const run_result& fp8) {
-  std::ofstream f(path);
-  f << "step,train_loss_fp32,train_loss_fp8,val_loss_fp32,val_loss_fp8,forward_updates_fp8,backward_updates_fp8\n";
-  char buf[64];
-  auto num = [&](float v) {
-    std::snprintf(buf, sizeof buf, "%.9g", double(v));
-    return std::string(buf);
-  };
-  std::size_t v = 0;
-  for (std::size_t k = 0; k < fp8.train_loss.size(); ++k) {
-    const bool has_val = v < fp8.val_step.size() && fp8.val_step[v] == int(k + 1);
-    f << k + 1 << ',' << (fp32 ? num(fp32->train_loss[k]) : "") << ',' << num(fp8.train_loss[k]) << ','
-      << (has_val && fp32 ? num(fp32->val_loss[v]) : "") << ',' << (has_val ? num(fp8.val_loss[v]) : "") << ','
-      << fp8.forward_updates[k] << ',' << fp8.backward_updates[k] << '\n';
-    v += has_val;
-  }
-  if (!f) throw std::runtime_error("cannot write " + path);
-}
 
 int run(const gpt::options& o, const extra_options& x) {
   torch::set_num_threads(x.threads);
@@ -415,7 +398,7 @@ int run(const gpt::options& o, const extra_options& x) {
 
   std::filesystem::create_directories(o.out);
   const std::string dir = std::filesystem::absolute(o.out).lexically_normal().string();
-  write_loss_csv(dir + "/loss.csv", o.fp8_only ? nullptr : &fp32, fp8);
+  gpt::write_loss_csv(dir + "/loss.csv", o.fp8_only ? nullptr : &fp32, fp8);
   std::printf("\nwrote %s/loss.csv\n", dir.c_str());
   std::printf("summary: recipe=%s boundary=%s recompute=%s val_fp32=%.4f val_fp8=%.4f gap_percent=%+.2f "
               "within_3_percent=%s updates_1_1=%s max_backward_updates_per_step=%llu\n",

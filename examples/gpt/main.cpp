@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "../engine/gemm.hpp"
+#include "loss_csv.hpp"
 #include "options.hpp"
 #include "plot.hpp"
 #include "trainer.hpp"
@@ -41,24 +42,6 @@ std::string pow2(float v) {
   return b;
 }
 
-void write_loss_csv(const std::string& path, const run_result* fp32, const run_result& fp8) {
-  std::ofstream f(path);
-  f << "step,train_loss_fp32,train_loss_fp8,val_loss_fp32,val_loss_fp8,forward_updates_fp8,backward_updates_fp8\n";
-  std::size_t v = 0;
-  char buf[64];
-  auto num = [&](float x) {
-    std::snprintf(buf, sizeof buf, "%.9g", double(x));  // enough digits to compare runs bit for bit
-    return std::string(buf);
-  };
-  for (std::size_t k = 0; k < fp8.train_loss.size(); ++k) {
-    const bool has_val = v < fp8.val_step.size() && fp8.val_step[v] == int(k + 1);
-    f << k + 1 << ',' << (fp32 ? num(fp32->train_loss[k]) : "") << ',' << num(fp8.train_loss[k]) << ','
-      << (has_val && fp32 ? num(fp32->val_loss[v]) : "") << ',' << (has_val ? num(fp8.val_loss[v]) : "") << ','
-      << fp8.forward_updates[k] << ',' << fp8.backward_updates[k] << '\n';
-    v += has_val;
-  }
-  if (!f) throw std::runtime_error("cannot write " + path);
-}
 
 void write_scales_csv(const std::string& path, const run_result& fp8) {
   static const char* roles[] = {"input", "weight", "grad_output"};

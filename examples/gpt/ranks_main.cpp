@@ -28,6 +28,7 @@
 
 #include "../engine/gemm.hpp"
 #include "data_parallel_mpi.hpp"
+#include "loss_csv.hpp"
 #include "options.hpp"
 
 namespace {
@@ -96,24 +97,6 @@ void wait_for_all_ranks() {
 }
 
 /// The same loss.csv as gpt writes (so the two can be compared byte for byte).
-void write_loss_csv(const std::string& path, const run_result* fp32, const run_result& fp8) {
-  std::ofstream f(path);
-  f << "step,train_loss_fp32,train_loss_fp8,val_loss_fp32,val_loss_fp8,forward_updates_fp8,backward_updates_fp8\n";
-  std::size_t v = 0;
-  char buf[64];
-  auto num = [&](float x) {
-    std::snprintf(buf, sizeof buf, "%.9g", double(x));
-    return std::string(buf);
-  };
-  for (std::size_t k = 0; k < fp8.train_loss.size(); ++k) {
-    const bool has_val = v < fp8.val_step.size() && fp8.val_step[v] == int(k + 1);
-    f << k + 1 << ',' << (fp32 ? num(fp32->train_loss[k]) : "") << ',' << num(fp8.train_loss[k]) << ','
-      << (has_val && fp32 ? num(fp32->val_loss[v]) : "") << ',' << (has_val ? num(fp8.val_loss[v]) : "") << ','
-      << fp8.forward_updates[k] << ',' << fp8.backward_updates[k] << '\n';
-    v += has_val;
-  }
-  if (!f) throw std::runtime_error("cannot write " + path);
-}
 
 void write_ranks_csv(const std::string& path, const run_result& fp8, const rank_checks& c, bool stateful) {
   std::ofstream f(path);
