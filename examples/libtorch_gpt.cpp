@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "gpt/corpus.hpp"
-#include "gpt/loss_csv.hpp"
+#include "gpt/report.hpp"
 #include "gpt/options.hpp"
 #include "tequant/boundary/autocast_entry.hpp"
 #include "tequant/boundary/engine_callback.hpp"
@@ -330,13 +330,6 @@ run_result train_any(const gpt::options& o, const extra_options& x, const gpt::c
 
 // ---- the report -----------------------------------------------------------------------------------
 
-std::string pow2(float v) {
-  char b[64];
-  std::snprintf(b, sizeof b, "%.3g (2^%.1f)", double(v), std::log2(double(v)));
-  return b;
-}
-
-
 int run(const gpt::options& o, const extra_options& x) {
   torch::set_num_threads(x.threads);
   const gpt::corpus data(o.data);
@@ -384,7 +377,7 @@ int run(const gpt::options& o, const extra_options& x) {
       continue;
     }
     std::printf("%-36s %14s %-11s %s .. %s\n", role == 0 ? "scale range after each step (per role)" : "", "",
-                roles[role], pow2(fp8.scale_lo[role]).c_str(), pow2(fp8.scale_hi[role]).c_str());
+                roles[role], gpt::pow2(fp8.scale_lo[role]).c_str(), gpt::pow2(fp8.scale_hi[role]).c_str());
   }
   std::printf("%-36s %13.1fs %13.1fs\n", "training time", fp32.seconds, fp8.seconds);
   std::printf("%-36s %14.0f %14.0f\n", "tokens/s", fp32.tokens_per_second, fp8.tokens_per_second);

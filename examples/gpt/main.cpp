@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "../engine/gemm.hpp"
-#include "loss_csv.hpp"
+#include "report.hpp"
 #include "options.hpp"
 #include "plot.hpp"
 #include "trainer.hpp"
@@ -35,13 +35,6 @@ run_result train(const options& o, const corpus& data, bool fp8) {
   }
   return {};
 }
-
-std::string pow2(float v) {
-  char b[64];
-  std::snprintf(b, sizeof b, "%.3g (2^%.1f)", double(v), std::log2(double(v)));
-  return b;
-}
-
 
 void write_scales_csv(const std::string& path, const run_result& fp8) {
   static const char* roles[] = {"input", "weight", "grad_output"};

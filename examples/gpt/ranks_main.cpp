@@ -28,7 +28,7 @@
 
 #include "../engine/gemm.hpp"
 #include "data_parallel_mpi.hpp"
-#include "loss_csv.hpp"
+#include "report.hpp"
 #include "options.hpp"
 
 namespace {

@@ -5,45 +5,15 @@
 
 #include <cuda_fp4.h>
 
-#include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <cmath>
-#include <thread>
-#include <vector>
 
+#include "format/exhaustive_sweep.hpp"
 #include "tequant/format/e2m1.hpp"
 #include "tequant/format/half.hpp"
 
-namespace {
-
-// Splits [0, total) across the machine's cores; returns the first mismatching input, or ~0.
-template <class Check>
-std::uint64_t first_mismatch(std::uint64_t total, Check check) {
-  const unsigned n = std::max(1u, std::thread::hardware_concurrency());
-  std::vector<std::thread> threads;
-  std::atomic<std::uint64_t> bad{~0ull};
-  for (unsigned t = 0; t < n; ++t) {
-    threads.emplace_back([&, t] {
-      const std::uint64_t lo = total * t / n, hi = total * (t + 1) / n;
-      for (std::uint64_t i = lo; i < hi; ++i) {
-        if (!check(static_cast<std::uint32_t>(i))) {
-          std::uint64_t cur = bad.load();
-          while (i < cur && !bad.compare_exchange_weak(cur, i)) {
-          }
-          return;
-        }
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
-  return bad.load();
-}
-
-}  // namespace
-
 TEST_CASE("e2m1: all 2^32 floats encode like __nv_cvt_float_to_fp4(E2M1, cudaRoundNearest)") {
-  const auto bad = first_mismatch(1ull << 32, [](std::uint32_t u) {
+  const auto bad = format_test::first_mismatch(1ull << 32, [](std::uint32_t u) {
     const float x = tequant::detail::bits_float(u);
     return tequant::encode_e2m1(x) == __nv_cvt_float_to_fp4(x, __NV_E2M1, cudaRoundNearest);
   });
@@ -52,7 +22,7 @@ TEST_CASE("e2m1: all 2^32 floats encode like __nv_cvt_float_to_fp4(E2M1, cudaRou
 }
 
 TEST_CASE("e2m1: all bf16 encode like __nv_cvt_bfloat16raw_to_fp4(E2M1, cudaRoundNearest)") {
-  const auto bad = first_mismatch(1ull << 16, [](std::uint32_t u) {
+  const auto bad = format_test::first_mismatch(1ull << 16, [](std::uint32_t u) {
     __nv_bfloat16_raw raw;
     raw.x = static_cast<unsigned short>(u);
     const tequant::bf16 h{static_cast<std::uint16_t>(u)};

@@ -5,42 +5,15 @@
 
 #include <cuda_fp8.h>
 
-#include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
-#include <thread>
-#include <vector>
 
+#include "format/exhaustive_sweep.hpp"
 #include "tequant/detail/host_simd.hpp"
 #include "tequant/format/e8m0.hpp"
 #include "tequant/format/fp8.hpp"
 
 namespace {
-
-// Splits [0, 2^32) across the machine's cores; returns the first mismatching input, or none.
-template <class Check>
-std::uint64_t first_mismatch(Check check) {
-  const unsigned n = std::max(1u, std::thread::hardware_concurrency());
-  std::vector<std::thread> threads;
-  std::atomic<std::uint64_t> bad{~0ull};
-  const std::uint64_t total = 1ull << 32;
-  for (unsigned t = 0; t < n; ++t) {
-    threads.emplace_back([&, t] {
-      const std::uint64_t lo = total * t / n, hi = total * (t + 1) / n;
-      for (std::uint64_t i = lo; i < hi; ++i) {
-        if (!check(static_cast<std::uint32_t>(i))) {
-          std::uint64_t cur = bad.load();
-          while (i < cur && !bad.compare_exchange_weak(cur, i)) {
-          }
-          return;
-        }
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
-  return bad.load();
-}
 
 float as_float(std::uint32_t u) { return tequant::detail::bits_float(u); }
 
@@ -58,7 +31,7 @@ std::uint8_t e8m0_reference(float v) {
 }  // namespace
 
 TEST_CASE("e4m3: all 2^32 floats encode like __nv_cvt_float_to_fp8(SATFINITE, E4M3)") {
-  const auto bad = first_mismatch([](std::uint32_t u) {
+  const auto bad = format_test::first_mismatch(1ull << 32, [](std::uint32_t u) {
     return tequant::encode_e4m3(as_float(u)) == __nv_cvt_float_to_fp8(as_float(u), __NV_SATFINITE, __NV_E4M3);
   });
   INFO("first mismatching float bits: " << std::hex << bad);
@@ -66,7 +39,7 @@ TEST_CASE("e4m3: all 2^32 floats encode like __nv_cvt_float_to_fp8(SATFINITE, E4
 }
 
 TEST_CASE("e5m2: all 2^32 floats encode like __nv_cvt_float_to_fp8(SATFINITE, E5M2)") {
-  const auto bad = first_mismatch([](std::uint32_t u) {
+  const auto bad = format_test::first_mismatch(1ull << 32, [](std::uint32_t u) {
     return tequant::encode_e5m2(as_float(u)) == __nv_cvt_float_to_fp8(as_float(u), __NV_SATFINITE, __NV_E5M2);
   });
   INFO("first mismatching float bits: " << std::hex << bad);
@@ -95,7 +68,7 @@ TEQUANT_TARGET_AVX2 bool avx2_encodes_like_scalar(std::uint32_t base) {
 TEST_CASE("host AVX2 encoder: all 2^32 floats encode like the scalar encoders (e4m3, e5m2)") {
   if (!tequant::detail::host_has_avx2()) return;  // nothing to compare on this CPU
   for (auto check : {&avx2_encodes_like_scalar<tequant::fp8_dtype::e4m3>, &avx2_encodes_like_scalar<tequant::fp8_dtype::e5m2>}) {
-    const auto bad = first_mismatch([&](std::uint32_t u) { return (u & 7u) != 0 || check(u); });
+    const auto bad = format_test::first_mismatch(1ull << 32, [&](std::uint32_t u) { return (u & 7u) != 0 || check(u); });
     INFO("first mismatching group of 8 float bits starts at: " << std::hex << bad);
     CHECK(bad == ~0ull);
   }
@@ -103,7 +76,7 @@ TEST_CASE("host AVX2 encoder: all 2^32 floats encode like the scalar encoders (e
 #endif
 
 TEST_CASE("e8m0: all 2^32 floats against the ceil(log2) reference") {
-  const auto bad = first_mismatch([](std::uint32_t u) { return tequant::encode_e8m0(as_float(u)) == e8m0_reference(as_float(u)); });
+  const auto bad = format_test::first_mismatch(1ull << 32, [](std::uint32_t u) { return tequant::encode_e8m0(as_float(u)) == e8m0_reference(as_float(u)); });
   INFO("first mismatching float bits: " << std::hex << bad);
   CHECK(bad == ~0ull);
 }

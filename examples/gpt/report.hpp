@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// loss.csv, as every GPT trainer writes it (own engine, several ranks, libtorch): one row per step, the
-// validation losses on the steps they were taken, with enough digits to compare runs bit for bit.
+// What every GPT trainer's report shares (own engine, several ranks, libtorch): loss.csv and how a
+// scale is printed.
 #pragma once
 #include <cstddef>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <stdexcept>
@@ -10,7 +11,15 @@
 
 namespace gpt {
 
-/// Result: train_loss, val_step, val_loss, forward_updates, backward_updates (fp32 may be null).
+/// A scale as "v (2^e)": scales are powers of two or close to them.
+inline std::string pow2(float v) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.3g (2^%.1f)", double(v), std::log2(double(v)));
+  return b;
+}
+
+/// loss.csv: one row per step, the validation losses on the steps they were taken, with enough digits
+/// to compare runs bit for bit. Result: train_loss, val_step, val_loss, forward_updates, backward_updates (fp32 may be null).
 template <class Result>
 void write_loss_csv(const std::string& path, const Result* fp32, const Result& fp8) {
   std::ofstream f(path);
