@@ -13,36 +13,13 @@
 
 #include "tequant/backend/layouts.hpp"
 #include "tequant/detail/host_simd.hpp"
-#include "tequant/detail/philox.hpp"
+#include "tequant/detail/nvfp4_blocks.hpp"
 #include "tequant/format/bits.hpp"
 #include "tequant/format/e2m1.hpp"
 #include "tequant/format/fp8.hpp"
 #include "tequant/format/nvfp4.hpp"
 
 namespace tequant::detail {
-
-/// The random word of element `e` of a stochastic-rounding stream (seed, first group). Caches the last
-/// group, so a sequential walk runs Philox once per four elements.
-class nvfp4_random {
- public:
-  nvfp4_random(std::uint64_t seed, std::uint64_t first_group) noexcept : seed_(seed), first_(first_group) {}
-  std::uint32_t operator()(std::uint64_t e) noexcept {
-    const std::uint64_t g = e / 4;
-    if (g != group_) {
-      words_ = philox_group(seed_, first_, g);
-      group_ = g;
-    }
-    return words_[e % 4];
-  }
-
- private:
-  std::uint64_t seed_, first_;
-  std::uint64_t group_ = ~std::uint64_t{0};
-  philox_counter words_{};
-};
-
-/// Groups of four random words a stream over n elements consumes.
-constexpr std::uint64_t nvfp4_groups(std::size_t n) noexcept { return (static_cast<std::uint64_t>(n) + 3) / 4; }
 
 /// Writes code c (low nibble) for element e of a packed code array.
 inline void put_nibble(std::uint8_t* data, std::size_t e, std::uint8_t c) noexcept {
