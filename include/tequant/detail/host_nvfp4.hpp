@@ -26,9 +26,6 @@ inline void put_nibble(std::uint8_t* data, std::size_t e, std::uint8_t c) noexce
   std::uint8_t& b = data[e / 2];
   b = (e & 1) != 0 ? static_cast<std::uint8_t>((b & 0x0Fu) | (c << 4)) : static_cast<std::uint8_t>((b & 0xF0u) | c);
 }
-inline std::uint8_t get_nibble(const std::uint8_t* data, std::size_t e) noexcept {
-  return static_cast<std::uint8_t>((data[e / 2] >> ((e & 1) * 4)) & 0x0Fu);
-}
 
 template <class T>
 inline float nvfp4_block_amax(const T* x, std::size_t n, std::size_t stride) noexcept {
@@ -267,17 +264,6 @@ void quantize_nvfp4_host(matrix_view<const T> x, const nvfp4_options& opt, const
     }
   }
   if (sr) *opt.rng_offset = first + (row ? nvfp4_groups(n) : 0) + (col ? nvfp4_groups(n) : 0);
-}
-
-/// Decodes one direction: out [M, K] = e2m1 * e4m3 block scale * global decode scale.
-inline void dequantize_nvfp4_host(const std::uint8_t* q, std::size_t M, std::size_t K, bool columnwise,
-                                  const std::uint8_t* scale, scale_shape ss, float global_inv, float* out) noexcept {
-  for (std::size_t m = 0; m < M; ++m)
-    for (std::size_t k = 0; k < K; ++k) {
-      const std::size_t e = columnwise ? k * M + m : m * K + k;
-      const std::uint8_t s = columnwise ? scale[k * ss.cols + m / nvfp4_block] : scale[m * ss.cols + k / nvfp4_block];
-      out[m * K + k] = decode_e2m1(get_nibble(q, e)) * decode_e4m3(s) * global_inv;
-    }
 }
 
 }  // namespace tequant::detail
