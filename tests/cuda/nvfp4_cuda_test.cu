@@ -126,11 +126,43 @@ __global__ void fp4_formulas_kernel(const std::uint32_t* in, std::size_t n, fp4_
 
 }  // namespace
 
+namespace {
+
+/// Options whose columnwise_rht asks for the Hadamard transform, as a build with it has them.
+struct options_with_rht {
+  bool columnwise_rht = true;
+};
+
+/// With a columnwise_rht field in nvfp4_options, cuda_backend refuses a cast asking for it; returns
+/// whether the field exists (nothing to check without it).
+template <class Options>
+bool check_rht_refused(Options opt) {
+  if constexpr (requires { opt.columnwise_rht; }) {
+    opt.columnwise_rht = true;
+    std::vector<float> x(32, 1.0f), g(1);
+    std::vector<std::uint8_t> data(16), scale(128 * 4);
+    CHECK_THROWS_WITH_AS(tequant::cuda_backend{}.quantize_nvfp4(tequant::matrix_view<const float>{x.data(), 2, 16}, opt,
+                                                                tequant::nvfp4_output{{}, {}, {}, data, scale, g}),
+                         doctest::Contains("RHT not implemented on CUDA"), tequant::error);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 #define DEVICE_CASE_TEMPLATE(name, T, ...) TEST_CASE_TEMPLATE("device: " name * doctest::skip(cuda_test::no_device()), T, __VA_ARGS__)
 
 TEST_CASE_TEMPLATE("nvcc host: the NVFP4 kernels' block functions equal host_backend byte for byte", T, float,
                    tequant::bf16, tequant::fp16) {
   nvfp4_cases::check_blocks_match_host<T>();
+}
+
+TEST_CASE("nvcc host: NVFP4 casts asking for the random Hadamard transform are refused on cuda_backend") {
+  CHECK(tequant::detail::nvfp4_asks_rht(options_with_rht{}));
+  CHECK_FALSE(tequant::detail::nvfp4_asks_rht(options_with_rht{false}));
+  CHECK_FALSE(tequant::detail::nvfp4_asks_rht(tequant::nvfp4_options{}));
+  if (!check_rht_refused(tequant::nvfp4_options{})) MESSAGE("nvfp4_options has no columnwise_rht in this build");
 }
 
 TEST_CASE("nvcc host: NVFP4 argument errors on cuda_backend are host_backend's, raised before device work") {

@@ -62,6 +62,15 @@ constexpr float cuda_input_type_max() noexcept {
   else return float_max;
 }
 
+/// Whether NVFP4 options ask for the columnwise random Hadamard transform (a field of nvfp4_options on
+/// builds where host_backend implements it). The CUDA kernels do not, so cuda_backend refuses such a
+/// cast instead of silently casting without the transform.
+template <class Options>
+constexpr bool nvfp4_asks_rht(const Options& o) noexcept {
+  if constexpr (requires { o.columnwise_rht; }) return static_cast<bool>(o.columnwise_rht);
+  else return false;
+}
+
 }  // namespace detail
 
 /// The CUDA execution backend. Cheap to copy (a stream handle); all pointers are device pointers.
@@ -348,9 +357,13 @@ class cuda_backend {
   /// transpose [K, M]; stochastic rounding from the same Philox stream as the host when opt.rng_offset
   /// is set (a host pointer, advanced here like the host does). Padding written as 0. Scratch for the
   /// amax (and tile codes) is stream-ordered (cudaMallocAsync), so the cast needs no host synchronisation.
+  /// No random Hadamard transform: options asking for it are a tequant::error.
   template <class T>
     requires detail::is_quantizable_input<T>
   void quantize_nvfp4(matrix_view<const T> x, const nvfp4_options& opt, const nvfp4_output& o) const {
+    detail::require(!detail::nvfp4_asks_rht(opt),
+                    "cuda_backend::quantize_nvfp4: RHT not implemented on CUDA (the cast asks for the columnwise random "
+                    "Hadamard transform); use host_backend or nvfp4_params::random_hadamard_transform = false");
     const auto [empty, row, col, rs, cs] = detail::check_quantize_nvfp4(x.rows, x.cols, x.data, o);
     if (empty) return;
     const std::size_t M = x.rows, K = x.cols, n = M * K;
