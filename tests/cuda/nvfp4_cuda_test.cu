@@ -360,3 +360,54 @@ TEST_CASE("device: the NVFP4 formulas and Philox give the host's bits" * doctest
   CAPTURE(first);
   CHECK(bad == 0);
 }
+
+// The cast enqueues without a host synchronisation, so it can be captured into a CUDA graph; a replay
+// on new input gives the host's bytes for that input. The stochastic stream position is read when the
+// cast is enqueued (host memory), so a captured stochastic cast draws the same bits at every replay.
+DEVICE_CASE_TEMPLATE("an NVFP4 cast captured in a CUDA graph replays with the host's bytes", T, float, tequant::bf16) {
+  test_stream s;
+  const tequant::cuda_backend db{s.s};
+  const tequant::host_backend hb;
+  const std::size_t M = 64, K = 160;
+  for (const bool sr : {false, true}) {
+    CAPTURE(sr);
+    std::uint64_t dev_offset = 8;
+    tequant::cast_plan plan{nullptr, nullptr, tequant::fp8_dtype::e4m3, tequant::scaling_mode::nvfp4};
+    plan.tile_2d = !sr;
+    plan.rng_seed = 3;
+    plan.rng_offset = sr ? &dev_offset : nullptr;
+    tequant::quantized_tensor<tequant::cuda_backend> dq;
+    dq.prepare(db, plan, M, K);
+    auto xd = db.make_buffer<T>(M * K);
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    check(cudaStreamBeginCapture(s.s, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+    db.quantize(tequant::matrix_view<const T>{xd.data(), M, K}, plan, dq.output());
+    check(cudaStreamEndCapture(s.s, &graph), "cudaStreamEndCapture");
+    check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+    CHECK(dev_offset == (sr ? 8 + 2 * (M * K / 4) : 8));  // advanced once, at capture
+    for (int replay = 0; replay < 3; ++replay) {
+      CAPTURE(replay);
+      const std::vector<T> x = nvfp4_cases::inputs_as<T>(nvfp4_cases::values(M * K, 40 + replay, true));
+      db.upload(xd.data(), x.data(), x.size());
+      check(cudaGraphLaunch(exec, s.s), "cudaGraphLaunch");
+      check(cudaStreamSynchronize(s.s), "cudaStreamSynchronize");
+      std::uint64_t host_offset = 8;  // every replay draws from the captured position
+      tequant::cast_plan hp = plan;
+      hp.rng_offset = sr ? &host_offset : nullptr;
+      tequant::quantized_tensor<tequant::host_backend> hq;
+      hq.prepare(hb, hp, M, K);
+      hb.quantize(tequant::matrix_view<const T>{x.data(), M, K}, hp, hq.output());
+      const auto d = dq.output(), h = hq.output();
+      CHECK(to_host(db, d.rowwise_data.data(), d.rowwise_data.size()) ==
+            std::vector<std::uint8_t>(h.rowwise_data.begin(), h.rowwise_data.end()));
+      CHECK(to_host(db, d.columnwise_data.data(), d.columnwise_data.size()) ==
+            std::vector<std::uint8_t>(h.columnwise_data.begin(), h.columnwise_data.end()));
+      CHECK(to_host(db, d.columnwise_block_scale.data(), d.columnwise_block_scale.size()) ==
+            std::vector<std::uint8_t>(h.columnwise_block_scale.begin(), h.columnwise_block_scale.end()));
+      CHECK(nvfp4_cases::same_bits(to_host(db, d.rowwise_scale_inv.data(), 1), {h.rowwise_scale_inv[0]}));
+    }
+    check(cudaGraphExecDestroy(exec), "cudaGraphExecDestroy");
+    check(cudaGraphDestroy(graph), "cudaGraphDestroy");
+  }
+}
