@@ -90,6 +90,17 @@ if(TEQUANT_ENABLE_LIBTORCH)
           EXPECT "summary: ranks=2 recipe=delayed boundary=engine state_identical=yes weights_identical=yes updates_1_1=yes"
                  "within_1e-4=yes" "FP8 state bit-identical on all ranks +20 of 20 steps"
           FILES ${_lt_gpt_out}/ranks2_delayed/loss.csv ${_lt_gpt_out}/ranks2_delayed/ranks.csv)
+        # What the difference to one process is: 2 ranks make the same additions as one process that
+        # accumulates 2 micro-batches of half the batch (the same sequences), and their loss.csv are equal.
+        foreach(r delayed current)
+          add_test(NAME libtorch_gpt_ranks2_same_as_micro_batches_${r}
+                   COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:libtorch_gpt> -DOUT=${_lt_gpt_out}/ranks2_mb_${r}
+                           "-DARGS=${_lt_gpt_small};--sample;0;--steps;20;--recipe;${r}"
+                           "-DVARIANTS=--ranks,2,--batch,16,--timeout,10|--batch,8,--micro-batches,2"
+                           -P ${PROJECT_SOURCE_DIR}/tests/gpt/same_losses.cmake)
+          set_tests_properties(libtorch_gpt_ranks2_same_as_micro_batches_${r} PROPERTIES LABELS "${_lt_gpt_labels}"
+                               TIMEOUT 300 PROCESSORS 2)
+        endforeach()
         # Current scaling: each rank scales its half batch with that half's amax (nothing to reduce), one
         # process the whole batch with the whole batch's: the losses differ by ~1e-3, not 1e-4.
         libtorch_gpt_ranks_test(libtorch_gpt_ranks2_current 0
