@@ -527,6 +527,7 @@ int run_rank(gpt::options o, const extra_options& x, const c10d_ranks::rendezvou
   }
 
   int wrong_all = 0;  // rank-steps without exactly one forward and one backward update (FP8 run)
+  double sum_seconds = 0.0;  // FP8 run: in the gradient sum, waiting for the slowest rank included
   auto distributed = [&](bool fp8, gpt::rank_checks& c) {
     data_parallel<tequant::c10d_comm> dp;
     dp.rank = rank;
@@ -537,7 +538,8 @@ int run_rank(gpt::options o, const extra_options& x, const c10d_ranks::rendezvou
           *pg, torch::tensor(at::ArrayRef<float>(mine.data(), mine.size()), torch::kFloat), "losses");
       return std::vector<float>(all.data_ptr<float>(), all.data_ptr<float>() + all.numel());
     };
-    dp.sum_gradients = [pg](const std::vector<torch::Tensor>& params) {
+    dp.sum_gradients = [pg, fp8, &sum_seconds](const std::vector<torch::Tensor>& params) {
+      const auto t0 = std::chrono::steady_clock::now();
       std::vector<torch::Tensor> grads;
       for (const auto& p : params) grads.push_back(p.grad().defined() ? p.grad().reshape({-1}) : torch::zeros({p.numel()}));
       torch::Tensor flat = torch::cat(grads);  // one allreduce of every gradient, in parameter order
@@ -548,6 +550,7 @@ int run_rank(gpt::options o, const extra_options& x, const c10d_ranks::rendezvou
         p.grad().copy_(flat.narrow(0, at, p.numel()).view_as(p.grad()));
         at += p.numel();
       }
+      if (fp8) sum_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     };
     dp.after_step = [&c, pg, rank](int step, std::uint64_t state, std::uint64_t weights) {
       const torch::Tensor mine = torch::tensor({std::bit_cast<std::int64_t>(state), std::bit_cast<std::int64_t>(weights)},
@@ -610,8 +613,9 @@ int run_rank(gpt::options o, const extra_options& x, const c10d_ranks::rendezvou
     std::printf("%-44s %s\n", "updates per step (forward/backward)",
                 wrong_all == 0 ? "1/1 on every rank at every step"
                                : (std::to_string(wrong_all) + " rank-steps without exactly 1/1").c_str());
-  std::printf("%-44s %.1fs, %.0f tokens/s (global batch, all ranks)\n", "training time (FP8)", fp8.seconds,
-              fp8.tokens_per_second);
+  std::printf("%-44s %.1fs, %.0f tokens/s (global batch, all ranks); %.2fs of it in the gradient sum "
+              "(waiting for the slowest rank included)\n",
+              "training time (FP8)", fp8.seconds, fp8.tokens_per_second, sum_seconds);
   if (!fp8.sample.empty()) std::printf("\nsampled from the FP8 model (rank 0):\n----\n%s\n----\n", fp8.sample.c_str());
   std::fflush(stdout);
 
