@@ -113,6 +113,13 @@ if(TEQUANT_ENABLE_LIBTORCH)
         libtorch_gpt_ranks_test(libtorch_gpt_ranks2_scope_micro_batches 0
           ARGS ${_lt_gpt_ranks_small} --steps 8 --boundary scope --micro-batches 2 --out ${_lt_gpt_out}/ranks2_scope
           EXPECT "boundary=scope state_identical=yes weights_identical=yes updates_1_1=yes")
+        # Started torchrun-style: each rank by itself, rank 0 serving the TCPStore.
+        add_test(NAME libtorch_gpt_ranks2_rendezvous_tcp
+                 COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:libtorch_gpt> -DOUT=${_lt_gpt_out}/ranks2_tcp
+                         "-DARGS=${_lt_gpt_small};--sample;0;--fp8-only;--timeout;20;--steps;6"
+                         "-DEXPECT=summary: ranks=2 recipe=delayed boundary=engine state_identical=yes weights_identical=yes updates_1_1=yes"
+                         -P ${PROJECT_SOURCE_DIR}/tests/gpt/rendezvous_tcp.cmake)
+        set_tests_properties(libtorch_gpt_ranks2_rendezvous_tcp PROPERTIES LABELS "${_lt_gpt_labels}" TIMEOUT 300 PROCESSORS 2)
         # Rank 1 registers a module more at step 3: the layout check stops both ranks with a tequant: error.
         libtorch_gpt_ranks_test(libtorch_gpt_ranks2_diverge 1
           ARGS ${_lt_gpt_ranks_small} --steps 6 --debug-diverge 3 --out ${_lt_gpt_out}/ranks2_diverge
