@@ -12,7 +12,6 @@
 #include "tequant/integration/libtorch.hpp"
 
 #include <algorithm>
-#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -23,6 +22,7 @@
 #include <vector>
 
 #include "c10d_ranks.hpp"
+#include "gpt/checksum.hpp"
 #include "tequant/boundary/engine_callback.hpp"
 #include "tequant/checkpoint/stacked_recompute.hpp"
 #include "tequant/comm/single_process.hpp"
@@ -65,24 +65,7 @@ std::pair<torch::Tensor, torch::Tensor> batch(int step) {
   return {x, y};
 }
 
-/// FNV-1a over every bucket's scales and amax history: equal checksums = bit-identical state.
-template <class Manager>
-std::uint64_t state_checksum(Manager& m) {
-  std::uint64_t h = 14695981039346656037ull;
-  auto mix = [&](float f) {
-    const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
-    for (int i = 0; i < 4; ++i) h = (h ^ ((u >> (8 * i)) & 0xffu)) * 1099511628211ull;
-  };
-  for (std::uint32_t b = 0; b < m.bucket_count(); ++b) {
-    const auto& st = m.recipe_state()[b];
-    const std::uint32_t n = st.size();
-    for (std::uint32_t j = 0; j < n; ++j) mix(st.scale(j));
-    std::vector<float> hist(static_cast<std::size_t>(history) * n);
-    st.export_te_history(0, n, hist);
-    for (float f : hist) mix(f);
-  }
-  return h;
-}
+using gpt::state_checksum;  // every bucket's scales and amax history: equal checksums = bit-identical state
 
 constexpr std::chrono::seconds timeout{30};  // of every collective
 
