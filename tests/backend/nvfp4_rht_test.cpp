@@ -73,6 +73,7 @@ void check_against_reference(const std::vector<float>& x_f, std::size_t M, std::
   std::vector<float> widened(x_f.size());
   for (std::size_t i = 0; i < x.size(); ++i) {
     if constexpr (std::is_same_v<T, float>) x[i] = x_f[i];
+    else if constexpr (std::is_same_v<T, tequant::fp16>) x[i] = tequant::to_fp16(x_f[i]);
     else x[i] = tequant::to_bf16(x_f[i]);
     widened[i] = tequant::detail::widen(x[i]);
   }
@@ -87,7 +88,7 @@ void check_against_reference(const std::vector<float>& x_f, std::size_t M, std::
     const auto data = col ? o.columnwise_data : o.rowwise_data;
     const auto scale = col ? o.columnwise_block_scale : o.rowwise_block_scale;
     const tequant::scale_shape ss = col ? tequant::nvfp4_columnwise_scale_shape(M, K) : tequant::nvfp4_rowwise_scale_shape(M, K);
-    INFO("M=" << M << " K=" << K << " columnwise=" << col << " bf16=" << !std::is_same_v<T, float>);
+    INFO("M=" << M << " K=" << K << " columnwise=" << col << " input bytes=" << sizeof(T));
     CHECK((col ? o.columnwise_scale_inv : o.rowwise_scale_inv)[0] == ref.global_decode);
     std::size_t bad_codes = 0, bad_scales = 0, bad_padding = 0;
     const std::size_t lines = col ? K : M;
@@ -216,7 +217,7 @@ TEST_CASE("hadamard: agrees with a plain 16x16 matrix multiply (double) to fp32 
   CHECK(exact16 > 300 * 16 * 9 / 10);  // mostly the correctly rounded value; fp32 sums differ rarely
 }
 
-TEST_CASE("nvfp4 RHT: host casts match the reference byte for byte (fp32, bf16, outliers, zeros, NaN, inf)") {
+TEST_CASE("nvfp4 RHT: host casts match the reference byte for byte (fp32, bf16, fp16, outliers, zeros, NaN, inf)") {
   // Rows are whole 16-row groups; cols include partial rowwise blocks (34, 40, 150).
   const std::size_t shapes[][2] = {{16, 16}, {16, 2}, {32, 64}, {48, 40}, {64, 34}, {128, 150}, {32, 256}};
   unsigned seed = 100;
@@ -225,6 +226,7 @@ TEST_CASE("nvfp4 RHT: host casts match the reference byte for byte (fp32, bf16, 
       const auto x = random_tensor(s[0] * s[1], seed++, specials);
       check_against_reference<float>(x, s[0], s[1]);
       check_against_reference<tequant::bf16>(x, s[0], s[1]);
+      check_against_reference<tequant::fp16>(x, s[0], s[1]);  // outliers past 65504 become inf
     }
 }
 
