@@ -72,13 +72,13 @@ class cast_cache {
     float scale = 0.0f;  // the value the plan's tensor_scale points at (0 for the other modes)
     scaling_mode mode = scaling_mode::tensor_scale;
     fp8_dtype dtype = fp8_dtype::e4m3;
-    bool tile_2d = false, power_2_scale = false;
+    bool tile_2d = false, power_2_scale = false, columnwise_rht = false;
     float amax_epsilon = 0.0f;
     bool recorded_amax = false;
     bool same_cast(const entry& o) const noexcept {
       return k == o.k && data == o.data && rows == o.rows && cols == o.cols && scale == o.scale && mode == o.mode &&
              dtype == o.dtype && tile_2d == o.tile_2d && power_2_scale == o.power_2_scale &&
-             amax_epsilon == o.amax_epsilon;
+             columnwise_rht == o.columnwise_rht && amax_epsilon == o.amax_epsilon;
     }
   };
 
@@ -97,6 +97,7 @@ class cast_cache {
     e.dtype = plan.dtype;
     e.tile_2d = plan.tile_2d;
     e.power_2_scale = plan.power_2_scale;
+    e.columnwise_rht = plan.columnwise_rht;
     e.amax_epsilon = plan.amax_epsilon;
     e.recorded_amax = plan.amax != nullptr;
     return e;

@@ -57,6 +57,9 @@ struct cast_plan {
   /// casts reproduce the original forward's bits.
   std::uint64_t* rng_offset = nullptr;
   std::uint64_t rng_seed = 0;
+  /// nvfp4: the columnwise copy is TE's 16x16 random Hadamard transform of each column's 16-row groups,
+  /// quantized (TE: the wgrad copies of inputs and gradients); dequantizing it undoes the transform.
+  bool columnwise_rht = false;
 };
 
 /// Sizes of everything one cast of a [rows, cols] tensor with a plan writes, per direction.

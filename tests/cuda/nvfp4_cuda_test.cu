@@ -275,8 +275,11 @@ DEVICE_CASE_TEMPLATE("NVFP4 training steps through the manager on cuda_backend e
   test_stream s;
   const tequant::cuda_backend db{s.s};
   const tequant::host_backend hb;
-  nvfp4_manager<tequant::cuda_backend> dm({}, {}, {}, db);
-  nvfp4_manager<tequant::host_backend> hm({}, {}, {}, hb);
+  // cuda_backend has no random Hadamard transform (TE's default, and the recipe's): both without it.
+  tequant::nvfp4_params p;
+  p.random_hadamard_transform = false;
+  nvfp4_manager<tequant::cuda_backend> dm(p, {}, {}, db);
+  nvfp4_manager<tequant::host_backend> hm(p, {}, {}, hb);
   const auto d = dm.register_module("lin"), h = hm.register_module("lin");
   const std::size_t M = 48, K = 80;
   tequant::quantized_tensor<tequant::cuda_backend> dq;

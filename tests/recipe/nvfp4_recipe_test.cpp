@@ -58,17 +58,55 @@ std::vector<std::uint8_t> cast(const tequant::cast_plan& plan, const std::vector
 
 static_assert(tequant::stateful_recipe_for<nvfp4_scaling, tequant::host_backend>);
 
-TEST_CASE("nvfp4_scaling: TE's defaults; the Hadamard transform is refused with a tequant: error") {
+TEST_CASE("nvfp4_scaling: TE's defaults, the Hadamard transform included") {
   const nvfp4_params p{};
   CHECK(p.weight_2d);
   CHECK(p.stochastic_rounding);
-  CHECK_FALSE(p.random_hadamard_transform);
+  CHECK(p.random_hadamard_transform);
   CHECK_NOTHROW(nvfp4_scaling::validate(p));
-  CHECK_THROWS_WITH_AS(nvfp4_scaling::validate({.random_hadamard_transform = true}),
-                       doctest::Contains("tequant: nvfp4_scaling: random_hadamard_transform = true is not supported"),
+  CHECK_NOTHROW(nvfp4_scaling::validate({.random_hadamard_transform = false}));
+  CHECK_NOTHROW(manager(nvfp4_params{.random_hadamard_transform = false}));
+}
+
+TEST_CASE("nvfp4_scaling: the columnwise copies of inputs, outputs and gradients get the transform, weights' not") {
+  for (const bool rht : {true, false}) {
+    manager m(nvfp4_params{.random_hadamard_transform = rht});
+    const auto a = m.register_module("a");
+    {
+      auto ac = m.autocast();
+      CHECK(m.plan_cast(m.slot(a, forward_role::input)).columnwise_rht == rht);
+      CHECK(m.plan_cast(m.slot(a, forward_role::output)).columnwise_rht == rht);
+      const auto w = m.plan_cast(m.slot(a, forward_role::weight));
+      CHECK_FALSE(w.columnwise_rht);
+      CHECK(w.tile_2d);
+    }
+    {
+      auto s = m.backward_scope();
+      const auto g = m.plan_cast(m.slot(a, backward_role::grad_output));
+      CHECK(g.columnwise_rht == rht);
+      CHECK(g.rng_offset != nullptr);  // transform and stochastic rounding together, as TE's bwd_grad
+      CHECK(m.plan_cast(m.slot(a, backward_role::grad_input)).columnwise_rht == rht);
+    }
+  }
+}
+
+TEST_CASE("nvfp4_scaling: a state file keeps random_hadamard_transform; one written without it loads only so") {
+  // A file from before the transform existed holds random_hadamard_transform = false (the only value
+  // then accepted); its layout is unchanged, so it loads into a manager with the transform off.
+  manager old(nvfp4_params{.random_hadamard_transform = false});
+  (void)old.register_module("a");
+  const auto saved = tequant::state_bytes(old);
+  manager same(nvfp4_params{.random_hadamard_transform = false});
+  (void)same.register_module("a");
+  CHECK_NOTHROW(tequant::load_state(same, saved));
+  manager with_rht;
+  (void)with_rht.register_module("a");
+  CHECK_THROWS_WITH_AS(tequant::load_state(with_rht, saved),
+                       doctest::Contains("random_hadamard_transform is false in the file, true in this manager"),
                        tequant::error);
-  auto rejected = [] { manager m(nvfp4_params{.random_hadamard_transform = true}); };
-  CHECK_THROWS_AS(rejected(), tequant::error);
+  manager round_trip;
+  (void)round_trip.register_module("a");
+  CHECK_NOTHROW(tequant::load_state(round_trip, tequant::state_bytes(with_rht)));
 }
 
 TEST_CASE("nvfp4_scaling: plans per role; gradients draw from per-slot streams that advance per cast") {

@@ -16,6 +16,7 @@
 #include "tequant/detail/host_kernels.hpp"
 #ifndef TEQUANT_SEPARATE_HOST_KERNELS
 #  include "tequant/detail/host_nvfp4.hpp"
+#  include "tequant/detail/host_nvfp4_rht.hpp"
 #  include "tequant/detail/host_simd.hpp"
 #endif
 #include "tequant/error.hpp"
@@ -213,23 +214,32 @@ struct host_backend {
 
   /// Quantizes x [M, K] (M and K even) as TE's NVFP4 kernels do: S_enc = 448*6 / amax(x), an E4M3 scale
   /// per block, E2M1 codes packed two a byte; columnwise data is the transpose [K, M]. Round to nearest,
-  /// or stochastically when opt.rng_offset is set (which then advances). Padding written as 0.
+  /// or stochastically when opt.rng_offset is set (which then advances). Padding written as 0. With
+  /// opt.columnwise_rht the columnwise copy is quantized from TE's 16x16 random Hadamard transform.
   template <class T>
     requires detail::host_input<T>
   void quantize_nvfp4(matrix_view<const T> x, const nvfp4_options& opt, const nvfp4_output& o) const {
     const detail::quantize_request r = detail::check_quantize_nvfp4(x.rows, x.cols, x.data, o);
     if (r.empty) return;
-    detail::quantize_nvfp4_host(x, opt, o, r.row, r.col, r.rs, r.cs);
+    if (opt.columnwise_rht) detail::quantize_nvfp4_rht_host(x, opt, o, r.row, r.col, r.rs, r.cs);
+    else detail::quantize_nvfp4_host(x, opt, o, r.row, r.col, r.rs, r.cs);
   }
 
-  /// Dequantizes one direction of NVFP4 data into out [M, K] (columnwise data is [K, M]).
+  /// This backend has the random Hadamard transform of NVFP4's columnwise copies (plan_dispatch asks).
+  static constexpr bool has_nvfp4_rht = true;
+
+  /// Dequantizes one direction of NVFP4 data into out [M, K] (columnwise data is [K, M]). With
+  /// `columnwise_rht`, columnwise data was cast from the transform and is transformed back (fp32).
   void dequantize_nvfp4(std::span<const std::uint8_t> q, std::size_t M, std::size_t K, bool columnwise,
                         std::span<const std::uint8_t> scale, std::span<const float> global_scale_inv,
-                        std::span<float> out) const {
+                        std::span<float> out, bool columnwise_rht = false) const {
     const scale_shape ss = detail::check_dequantize_nvfp4(q.size(), M, K, columnwise, scale.size(),
                                                           global_scale_inv.size(), out.size());
+    const bool inverse = columnwise && columnwise_rht;
+    if (inverse) detail::check_nvfp4_rht("dequantize_nvfp4", M, false);
     if (M * K == 0) return;
     detail::dequantize_nvfp4_host(q.data(), M, K, columnwise, scale.data(), ss, global_scale_inv[0], out.data());
+    if (inverse) detail::nvfp4_inverse_rht_host(out.data(), M, K);
   }
 
  private:

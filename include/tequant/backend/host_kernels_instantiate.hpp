@@ -5,6 +5,7 @@
 // instantiates every kernel for every input type (fp32, bf16, fp16) and FP8 dtype host_backend casts.
 #pragma once
 #include "tequant/detail/host_nvfp4.hpp"
+#include "tequant/detail/host_nvfp4_rht.hpp"
 #include "tequant/detail/host_simd.hpp"
 #include "tequant/format/half.hpp"
 
@@ -13,6 +14,8 @@
   template void column_amax_host<T>(const T*, std::size_t, std::uint32_t*) noexcept;                                    \
   template void quantize_nvfp4_host<T>(matrix_view<const T>, const nvfp4_options&, const nvfp4_output&, bool, bool,     \
                                        scale_shape, scale_shape);                                                       \
+  template void quantize_nvfp4_rht_host<T>(matrix_view<const T>, const nvfp4_options&, const nvfp4_output&, bool,      \
+                                           bool, scale_shape, scale_shape);                                             \
   TEQUANT_DETAIL_INSTANTIATE_FOR_DTYPE(fp8_dtype::e4m3, T)                                                             \
   TEQUANT_DETAIL_INSTANTIATE_FOR_DTYPE(fp8_dtype::e5m2, T)
 

@@ -97,10 +97,13 @@ struct nvfp4_output {
 /// How an NVFP4 cast rounds: to nearest even, or stochastically when `rng_offset` is set (random bits
 /// from Philox4x32-10 keyed by (rng_seed, *rng_offset, element index); *rng_offset advances by what
 /// the cast consumed). `tile_2d`: one block scale per 16x16 tile shared by both directions (weights).
+/// `columnwise_rht`: the columnwise copy is made from TE's 16x16 random Hadamard transform of each
+/// column's 16-row groups (rows a multiple of 16; not with tile_2d).
 struct nvfp4_options {
   bool tile_2d = false;
   std::uint64_t* rng_offset = nullptr;
   std::uint64_t rng_seed = 0;
+  bool columnwise_rht = false;
 };
 
 namespace detail {

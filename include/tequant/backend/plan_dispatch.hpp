@@ -33,6 +33,21 @@ inline tensor_request check_tensor_output(const char* what, std::size_t n, const
   return r;
 }
 
+/// Whether a backend implements NVFP4's random Hadamard transform (declares has_nvfp4_rht = true).
+template <class Backend>
+inline constexpr bool backend_has_nvfp4_rht = [] {
+  if constexpr (requires { Backend::has_nvfp4_rht; }) return Backend::has_nvfp4_rht;
+  else return false;
+}();
+
+/// A plan asking for the transform on a backend without it is refused rather than cast without it.
+template <class Backend>
+void require_nvfp4_rht(const char* what, const cast_plan& p) {
+  if constexpr (!backend_has_nvfp4_rht<Backend>)
+    require(!p.columnwise_rht, what, ": this backend has no NVFP4 random Hadamard transform (the plan has ",
+            "columnwise_rht); use host_backend or nvfp4_params::random_hadamard_transform = false");
+}
+
 [[noreturn, gnu::cold]] inline void unknown_mode(const char* what, scaling_mode m) {
   fail(what, ": scaling mode ", static_cast<unsigned>(m), " (", to_string(m), ") has no kernel in this backend");
 }
@@ -72,7 +87,8 @@ void quantize_with_plan(const Backend& be, matrix_view<const T> x, const cast_pl
                         block_output{o.rowwise_data, o.rowwise_scale_inv, o.columnwise_data, o.columnwise_scale_inv});
       return;
     case scaling_mode::nvfp4:
-      be.quantize_nvfp4(x, nvfp4_options{p.tile_2d, p.rng_offset, p.rng_seed},
+      require_nvfp4_rht<Backend>("quantize", p);
+      be.quantize_nvfp4(x, nvfp4_options{p.tile_2d, p.rng_offset, p.rng_seed, p.columnwise_rht},
                         nvfp4_output{o.rowwise_data, o.rowwise_block_scale, o.rowwise_scale_inv, o.columnwise_data,
                                      o.columnwise_block_scale, o.columnwise_scale_inv});
       return;
@@ -107,9 +123,16 @@ void dequantize_with_plan(const Backend& be, const cast_plan& p, std::size_t row
                           columnwise ? q.columnwise_scale_inv : q.rowwise_scale_inv, out);
       return;
     case scaling_mode::nvfp4:
-      be.dequantize_nvfp4(columnwise ? q.columnwise_data : q.rowwise_data, rows, cols, columnwise,
-                          columnwise ? q.columnwise_block_scale : q.rowwise_block_scale,
-                          columnwise ? q.columnwise_scale_inv : q.rowwise_scale_inv, out);
+      require_nvfp4_rht<Backend>("dequantize", p);
+      if constexpr (backend_has_nvfp4_rht<Backend>) {
+        be.dequantize_nvfp4(columnwise ? q.columnwise_data : q.rowwise_data, rows, cols, columnwise,
+                            columnwise ? q.columnwise_block_scale : q.rowwise_block_scale,
+                            columnwise ? q.columnwise_scale_inv : q.rowwise_scale_inv, out, p.columnwise_rht);
+      } else {
+        be.dequantize_nvfp4(columnwise ? q.columnwise_data : q.rowwise_data, rows, cols, columnwise,
+                            columnwise ? q.columnwise_block_scale : q.rowwise_block_scale,
+                            columnwise ? q.columnwise_scale_inv : q.rowwise_scale_inv, out);
+      }
       return;
   }
   unknown_mode("dequantize", p.mode);

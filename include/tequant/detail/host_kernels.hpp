@@ -12,7 +12,9 @@
 #include "tequant/format/bits.hpp"
 #include "tequant/format/e2m1.hpp"
 #include "tequant/format/e8m0.hpp"
+#include "tequant/error.hpp"
 #include "tequant/format/fp8.hpp"
+#include "tequant/format/hadamard.hpp"
 #include "tequant/format/nvfp4.hpp"
 
 namespace tequant::detail {
@@ -63,6 +65,32 @@ void block_rowwise_host(const T* x, std::size_t M, std::size_t K, std::uint8_t* 
 template <class T>
 void quantize_nvfp4_host(matrix_view<const T> x, const nvfp4_options& opt, const nvfp4_output& o, bool row, bool col,
                          scale_shape rs, scale_shape cs);
+
+/// NVFP4 with the random Hadamard transform of the columnwise copy (detail/host_nvfp4_rht.hpp).
+template <class T>
+void quantize_nvfp4_rht_host(matrix_view<const T> x, const nvfp4_options& opt, const nvfp4_output& o, bool row, bool col,
+                             scale_shape rs, scale_shape cs);
+
+/// Checks a transformed columnwise copy can be made or read: rows in whole 16-element groups, and no
+/// 2D tiles (TE transforms only the 1D-scaled inputs and gradients).
+inline void check_nvfp4_rht(const char* op, std::size_t M, bool tile_2d) {
+  require(M % hadamard_size == 0, op, ": the random Hadamard transform of the columnwise copy works on 16-row ",
+          "groups, so rows must be a multiple of 16 (got ", M, "); set nvfp4_params::random_hadamard_transform = false ",
+          "for this shape");
+  require(!tile_2d, op, ": the random Hadamard transform is for 1D-scaled tensors (TE applies it to inputs and ",
+          "gradients, never to 2D-tiled weights); the plan has both tile_2d and columnwise_rht");
+}
+
+/// Undoes the transform of a dequantized columnwise copy out [M, K] in place: each column's 16-row
+/// groups times M^T, in fp32.
+inline void nvfp4_inverse_rht_host(float* out, std::size_t M, std::size_t K) noexcept {
+  float y[hadamard_size];
+  for (std::size_t r0 = 0; r0 < M; r0 += hadamard_size)
+    for (std::size_t k = 0; k < K; ++k) {
+      for (std::uint32_t c = 0; c < hadamard_size; ++c) y[c] = out[(r0 + c) * K + k];
+      for (std::uint32_t r = 0; r < hadamard_size; ++r) out[(r0 + r) * K + k] = hadamard_inverse_row(y, r);
+    }
+}
 
 /// Code `e` of packed E2M1 data (two a byte, the lower nibble first).
 inline std::uint8_t get_nibble(const std::uint8_t* data, std::size_t e) noexcept {

@@ -25,9 +25,10 @@ struct nvfp4_params {
   bool weight_2d = true;
   /// Gradients (the backward slots) round stochastically (TE: disable_stochastic_rounding = False).
   bool stochastic_rounding = true;
-  /// TE's 16x16 random Hadamard transform of the columnwise copies of inputs and gradients. TE turns
-  /// it on by default; tequant does not implement it yet, so `true` is refused by validate().
-  bool random_hadamard_transform = false;
+  /// TE's 16x16 random Hadamard transform of the columnwise (weight-gradient) copies of inputs, outputs
+  /// and gradients, never of weights (TE: disable_rht = False). Those tensors then need rows in whole
+  /// 16-row groups.
+  bool random_hadamard_transform = true;
   /// Key of the stochastic-rounding generator. The same on every rank, so a tensor replicated on every
   /// rank rounds identically; a state file written with another seed is refused.
   std::uint64_t seed = 0x5EED'F4F4'0000'0001ull;
@@ -55,11 +56,8 @@ struct nvfp4_scaling {
   /// draw the same bits.
   static constexpr std::uint64_t slot_stream_stride = std::uint64_t{1} << 40;
 
-  static void validate(const nvfp4_params& p) {
-    detail::require(!p.random_hadamard_transform,
-                    "nvfp4_scaling: random_hadamard_transform = true is not supported (tequant does not implement "
-                    "TE's random Hadamard transform yet); set it to false");
-  }
+  /// Every combination of the knobs is one of TE's (each flag is an independent switch there).
+  static void validate(const nvfp4_params&) noexcept {}
   template <class V>
   static void visit_params(nvfp4_params& p, V&& v) {
     v("weight_2d", p.weight_2d);
@@ -83,11 +81,14 @@ struct nvfp4_scaling {
   static std::span<float> staging(nvfp4_rng_state& s) noexcept { return s.staging; }
   static constexpr bool reduces_amax(const nvfp4_params&) noexcept { return false; }
 
-  /// 1x16 blocks; forward weights in 16x16 tiles when weight_2d; gradients draw from their slot's
-  /// stream when stochastic_rounding.
+  /// 1x16 blocks; forward weights in 16x16 tiles when weight_2d; the columnwise copies of everything
+  /// but weights through the Hadamard transform when random_hadamard_transform (TE's fwd_inp and bwd_grad
+  /// quantizers); gradients draw from their slot's stream when stochastic_rounding.
   static cast_plan plan(const nvfp4_params& p, nvfp4_rng_state& s, slot_id slot) noexcept {
     cast_plan c{nullptr, nullptr, fp8_dtype::e4m3, scaling_mode::nvfp4};
-    c.tile_2d = p.weight_2d && role_of(slot) == tensor_role::weight;
+    const bool weight = role_of(slot) == tensor_role::weight;
+    c.tile_2d = p.weight_2d && weight;
+    c.columnwise_rht = p.random_hadamard_transform && !weight;
     if (p.stochastic_rounding && slot.dir == direction::backward) {
       c.rng_offset = &s.offsets[slot.index];
       c.rng_seed = s.seed;
