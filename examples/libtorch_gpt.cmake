@@ -1,4 +1,4 @@
-# libtorch_gpt: the GPT of examples/gpt on libtorch modules, tequant's fp8_linear and checkpoint
+# libtorch_gpt: the GPT of examples/gpt on libtorch modules, tequant's quantized_linear and checkpoint
 # (included by examples/CMakeLists.txt). One translation unit: libtorch compiles are slow.
 if(TEQUANT_ENABLE_LIBTORCH)
   find_package(Torch QUIET)

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The character-level GPT of examples/gpt, written with libtorch modules: token and position
 // embeddings, pre-LayerNorm blocks (causal multi-head self-attention, GELU MLP), an output head. The
-// four GEMMs of each block (QKV, attention output, MLP up and down) are tequant::fp8_linear, so their
+// four GEMMs of each block (QKV, attention output, MLP up and down) are tequant::quantized_linear, so their
 // input, weight and grad_output are cast through the manager's recipe; embeddings, LayerNorm, softmax
 // attention, the head and the loss stay FP32. Each block is a tequant::checkpoint (recomputed in the
 // backward). Trained twice on the frozen corpus of examples/gpt (the same split): FP32, then FP8.
@@ -62,7 +62,7 @@ constexpr const char* usage =
     "                    [--data FILE] [--out DIR] [--fp8-only] [--quiet] [--seed N] [--threads N] [--help]\n"
     "\n"
     "The GPT of examples/gpt on libtorch: trains it in FP32, then with every GEMM operand of its QKV,\n"
-    "attention output and MLP projections through tequant::fp8_linear, each block a tequant::checkpoint,\n"
+    "attention output and MLP projections through tequant::quantized_linear, each block a tequant::checkpoint,\n"
     "and compares their validation losses. The flags mean what they mean for `gpt` (defaults: 4 layers,\n"
     "d_model 128, 4 heads, context 128, batch 8, 200 steps); --boundary applies to the delayed recipe (the\n"
     "others keep no state to update). Also:\n"
@@ -75,7 +75,7 @@ constexpr const char* usage =
 /// Pre-LayerNorm block: h + attn_out(attention(qkv(ln1(h)))), then + mlp_down(gelu(mlp_up(ln2(.)))).
 template <class Manager>
 struct block_module : torch::nn::Module {
-  using linear = tequant::fp8_linear<Manager>;
+  using linear = tequant::quantized_linear<Manager>;
 
   block_module(Manager& mgr, const std::string& prefix, std::int64_t d, std::int64_t n_heads)
       : heads(n_heads),
@@ -323,7 +323,7 @@ run_result train_any(const gpt::options& o, const extra_options& x, const gpt::c
     case gpt::recipe::mxfp8: return train<tequant::mxfp8_scaling, engine>(o, x, data, fp8);
     case gpt::recipe::block: return train<tequant::block_scaling, engine>(o, x, data, fp8);
     case gpt::recipe::nvfp4:
-      throw gpt::bad_option("--recipe nvfp4 does not apply: the libtorch fp8_linear does not cast NVFP4 yet");
+      throw gpt::bad_option("--recipe nvfp4 does not apply: the libtorch quantized_linear does not cast NVFP4 yet");
   }
   return {};
 }
@@ -420,7 +420,7 @@ std::vector<char*> take_extra(int argc, char** argv, extra_options& x) {
     if (a == "--seed") x.seed = static_cast<std::uint32_t>(number(i, a, 0, 1L << 30));
     else if (a == "--threads") x.threads = static_cast<int>(number(i, a, 1, 256));
     else if (a == "--no-cast-cache")
-      throw gpt::bad_option("--no-cast-cache does not apply: the libtorch fp8_linear casts each weight at every use");
+      throw gpt::bad_option("--no-cast-cache does not apply: the libtorch quantized_linear casts each weight at every use");
     else rest.push_back(argv[i]);
   }
   return rest;

@@ -47,13 +47,14 @@ M make_mgr() {
 }
 
 template <class M>
-using layer_ptr = std::shared_ptr<fp8_linear<M>>;
+using layer_ptr = std::shared_ptr<quantized_linear<M>>;
 
 template <class M>
 std::vector<layer_ptr<M>> make_layers(M& mgr, int n, const std::string& prefix = "L", std::uint64_t seed = 7) {
   torch::manual_seed(seed);
   std::vector<layer_ptr<M>> v;
-  for (int i = 0; i < n; ++i) v.push_back(std::make_shared<fp8_linear<M>>(mgr, prefix + std::to_string(i), hidden, hidden));
+  for (int i = 0; i < n; ++i)
+    v.push_back(std::make_shared<quantized_linear<M>>(mgr, prefix + std::to_string(i), hidden, hidden));
   return v;
 }
 
@@ -590,16 +591,17 @@ TEST_CASE("the replay really needs the forward's RNG state: a disturbed stream c
   CHECK_FALSE(torch::equal(run(false), run(true)));
 }
 
-// ---- every recipe through the FP8 linear layer -------------------------------------------------------
+// ---- every recipe through the quantized linear layer -------------------------------------------------------
 
-TEST_CASE_TEMPLATE("every recipe trains through fp8_linear and checkpoints", R, current_scaling, mxfp8_scaling,
+TEST_CASE_TEMPLATE("every recipe trains through quantized_linear and checkpoints", R, current_scaling, mxfp8_scaling,
                    block_scaling) {
   using M = quantization_manager<R, hooks_boundary>;
   M mgr{};
   auto ls = [&] {
     torch::manual_seed(3);
     std::vector<layer_ptr<M>> v;
-    for (int i = 0; i < 2; ++i) v.push_back(std::make_shared<fp8_linear<M>>(mgr, "L" + std::to_string(i), 128, 128));
+    for (int i = 0; i < 2; ++i)
+      v.push_back(std::make_shared<quantized_linear<M>>(mgr, "L" + std::to_string(i), 128, 128));
     return v;
   }();
   torch::manual_seed(4);
@@ -658,7 +660,8 @@ namespace {
 /// penalty's shape): a nested GraphTask that is not a checkpoint replay.
 template <class M>
 struct nested_backward_op : torch::autograd::Function<nested_backward_op<M>> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, fp8_linear<M>* inner) {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               quantized_linear<M>* inner) {
     torch::Tensor sub;
     {
       torch::AutoGradMode on(true);
@@ -669,7 +672,7 @@ struct nested_backward_op : torch::autograd::Function<nested_backward_op<M>> {
   }
   static vl backward(torch::autograd::AutogradContext* ctx, vl g) {
     const torch::Tensor sub = ctx->saved_data["sub"].toTensor();
-    torch::autograd::backward({sub});  // nested task: its fp8_linear requests the update first
+    torch::autograd::backward({sub});  // nested task: its quantized_linear requests the update first
     return {g[0], torch::Tensor()};
   }
 };
@@ -771,7 +774,7 @@ TEST_CASE("engine_callback on libtorch: a backward that raised, retried, flushes
   check_step(mgr, before, 1, 1);
 }
 
-TEST_CASE("fp8_linear outside an enabled autocast region runs in FP32 and stages nothing") {
+TEST_CASE("quantized_linear outside an enabled autocast region runs in FP32 and stages nothing") {
   cb_mgr mgr = make_mgr<cb_mgr>();
   auto ls = make_layers(mgr, 2);
   auto x = input();
@@ -794,6 +797,18 @@ TEST_CASE("fp8_linear outside an enabled autocast region runs in FP32 and stages
   CHECK(mgr.staging_amax(mgr.slot(ls[0]->handle(), backward_role::grad_output)) == 0.0f);
 }
 
+TEST_CASE("fp8_linear, the layer's old name, still builds and trains the same layer") {
+  static_assert(std::is_same_v<fp8_linear<cb_mgr>, quantized_linear<cb_mgr>>);
+  static_assert(std::is_same_v<fp8_linear_function<cb_mgr>, quantized_linear_function<cb_mgr>>);
+  cb_mgr mgr = make_mgr<cb_mgr>();
+  torch::manual_seed(7);
+  auto old_name = std::make_shared<fp8_linear<cb_mgr>>(mgr, "old", hidden, hidden);
+  auto x = input();
+  run_steps(mgr, 2, [&] { return old_name->forward(x); });
+  CHECK(old_name->weight.grad().defined());
+  CHECK(mgr.scale(mgr.slot(old_name->handle(), forward_role::input)) != 1.0f);  // the updates took effect
+}
+
 
 // ---- issue 16 on libtorch: a failed backward, a replay outside autocast, a user's recipe ------------
 
@@ -806,7 +821,7 @@ struct fault_run {
 };
 
 // 6 SGD steps of the 3-layer MLP (no dropout: plain blocks) with failing_op below the layers; the
-// backward of step `failing` raises after every fp8_linear has run its backward.
+// backward of step `failing` raises after every quantized_linear has run its backward.
 template <class Boundary>
 fault_run train_with_fault(int failing) {
   auto mgr = make_mgr<delayed_mgr<Boundary>>();
@@ -903,7 +918,7 @@ TEST_CASE("a replay outside any enabled autocast region casts as its forward did
   }
 }
 
-TEST_CASE("a recipe written outside the library trains through fp8_linear and its checkpoint") {
+TEST_CASE("a recipe written outside the library trains through quantized_linear and its checkpoint") {
   using ema_mgr = quantization_manager<custom::ema_current_scaling, hooks_boundary>;
   ema_mgr mgr(custom::ema_params{});
   mlp<ema_mgr> net(mgr);
