@@ -41,6 +41,7 @@
 #include "tequant/recipe/current.hpp"
 #include "tequant/recipe/delayed.hpp"
 #include "tequant/recipe/mxfp8.hpp"
+#include "tequant/recipe/nvfp4.hpp"
 
 namespace {
 
@@ -56,7 +57,7 @@ struct extra_options {
 };
 
 constexpr const char* usage =
-    "usage: libtorch_gpt [--recipe delayed|current|mxfp8|block] [--boundary engine|autocast|scope|first-module]\n"
+    "usage: libtorch_gpt [--recipe delayed|current|mxfp8|block|nvfp4] [--boundary engine|autocast|scope|first-module]\n"
     "                    [--recompute none|reentrant|nested] [--steps N] [--layers N] [--d-model N] [--heads N]\n"
     "                    [--context N] [--batch N] [--micro-batches N] [--eval-every N] [--lr X] [--sample N]\n"
     "                    [--data FILE] [--out DIR] [--fp8-only] [--quiet] [--seed N] [--threads N] [--help]\n"
@@ -266,7 +267,10 @@ run_result train(const gpt::options& o, const extra_options& x, const gpt::corpu
     float mean = 0.0f;
     for (const auto& loss : losses) mean += loss.template item<float>() / float(o.micro_batches);
     r.train_loss.push_back(mean);
-    if constexpr (manager::is_stateful) {
+    // the recipes that keep a scale per slot (NVFP4's state is its random streams: scales per cast)
+    if constexpr (requires(const typename Recipe::template state_for<tequant::host_backend>& st) {
+                    Recipe::scale(st, std::uint32_t{});
+                  }) {
       if (fp8) {
         for (const auto& blk : net.blocks)
           for (const auto* l : {blk->qkv.get(), blk->proj.get(), blk->fc1.get(), blk->fc2.get()}) {
@@ -322,8 +326,7 @@ run_result train_any(const gpt::options& o, const extra_options& x, const gpt::c
     case gpt::recipe::current: return train<tequant::current_scaling, engine>(o, x, data, fp8);
     case gpt::recipe::mxfp8: return train<tequant::mxfp8_scaling, engine>(o, x, data, fp8);
     case gpt::recipe::block: return train<tequant::block_scaling, engine>(o, x, data, fp8);
-    case gpt::recipe::nvfp4:
-      throw gpt::bad_option("--recipe nvfp4 does not apply: the libtorch quantized_linear does not cast NVFP4 yet");
+    case gpt::recipe::nvfp4: return train<tequant::nvfp4_scaling, engine>(o, x, data, fp8);
   }
   return {};
 }
