@@ -3,6 +3,7 @@
 // and the Philox4x32-10 generator behind it.
 #include <doctest/doctest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -350,4 +351,68 @@ TEST_CASE("nvfp4_random: any access order returns the scalar generator's word fo
     bad += rnd(e) != tequant::detail::philox_group(99, 1000, e / 4)[e % 4];
   }
   CHECK(bad == 0);
+}
+
+TEST_CASE("nvfp4 stochastic rounding: the vectorised rowwise path equals the portable loop (fp32, bf16)") {
+  std::mt19937 g(77);
+  for (const std::size_t K : {2u, 16u, 32u, 40u, 128u, 256u, 406u}) {
+    CAPTURE(K);
+    const auto x = random_tensor(K, static_cast<unsigned>(K) + 3, true);  // NaN, inf, zeros, outliers
+    std::vector<tequant::bf16> xb(K);
+    for (std::size_t i = 0; i < K; ++i) xb[i] = tequant::bf16(x[i]);
+    std::vector<std::uint32_t> words(K);
+    for (auto& w : words) w = g();
+    for (const float amax : {3.0f, 1e4f}) {
+      const float s_enc = tequant::nvfp4_global_encode_scale(amax), s_dec = 1.0f / s_enc;
+      std::vector<std::uint8_t> d0(K / 2), d1(K / 2), s0((K + 15) / 16), s1((K + 15) / 16);
+      tequant::detail::nvfp4_row_sr_scalar(x.data(), K, s_enc, s_dec, words.data(), d0.data(), s0.data());
+      tequant::detail::nvfp4_row_sr_host(x.data(), K, s_enc, s_dec, words.data(), d1.data(), s1.data());
+      CHECK(d0 == d1);
+      CHECK(s0 == s1);
+      tequant::detail::nvfp4_row_sr_scalar(xb.data(), K, s_enc, s_dec, words.data(), d0.data(), s0.data());
+      tequant::detail::nvfp4_row_sr_host(xb.data(), K, s_enc, s_dec, words.data(), d1.data(), s1.data());
+      CHECK(d0 == d1);
+      CHECK(s0 == s1);
+    }
+  }
+}
+
+#if TEQUANT_HAS_X86_TARGET_ATTRIBUTES
+namespace {
+/// The AVX2 stochastic encoder on eight values (a function of its own: it needs the AVX2 target).
+TEQUANT_TARGET_AVX2 void avx2_sr_codes8(const float* v, const std::uint32_t* words, std::int32_t* codes) {
+  const __m256i c = tequant::detail::avx2::encode_e2m1_sr8(
+      _mm256_loadu_ps(v), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(words)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes), c);
+}
+}  // namespace
+#endif
+
+TEST_CASE("nvfp4 stochastic rounding: the AVX2 encoder equals encode_e2m1_stochastic at every code boundary") {
+#if TEQUANT_HAS_X86_TARGET_ATTRIBUTES
+  if (!tequant::detail::host_has_avx2()) return;
+  // Magnitudes on, just below and just above each E2M1 value and midpoint, both signs, zeros, NaN and
+  // inf, with words at the extremes and in between: the vector compares and division against the scalar.
+  std::vector<float> v{0.0f, -0.0f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                       -std::numeric_limits<float>::infinity(), 1e-40f};
+  for (const float e : {0.25f, 0.5f, 0.75f, 1.0f, 1.25f, 1.5f, 1.75f, 2.0f, 2.5f, 3.0f, 3.5f, 4.0f, 5.0f, 6.0f, 7.0f})
+    for (const float f : {std::nextafter(e, 0.0f), e, std::nextafter(e, 100.0f)}) {
+      v.push_back(f);
+      v.push_back(-f);
+    }
+  while (v.size() % 8 != 0) v.push_back(0.3f);
+  std::mt19937 g(3);
+  int bad = 0;
+  for (int trial = 0; trial < 64; ++trial) {
+    std::vector<std::uint32_t> words(v.size());
+    for (auto& w : words) w = trial < 4 ? std::array<std::uint32_t, 4>{0u, 0xFFu, 0x80000000u, 0xFFFFFFFFu}[trial] : g();
+    for (std::size_t i = 0; i < v.size(); i += 8) {
+      std::int32_t codes[8];
+      avx2_sr_codes8(v.data() + i, words.data() + i, codes);
+      for (std::size_t j = 0; j < 8; ++j)
+        bad += codes[j] != tequant::encode_e2m1_stochastic(v[i + j], words[i + j]);
+    }
+  }
+  CHECK(bad == 0);
+#endif
 }

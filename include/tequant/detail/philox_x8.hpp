@@ -58,14 +58,14 @@ TEQUANT_TARGET_AVX2_INLINE inline void mul_hi_lo(__m256i a, __m256i m, __m256i& 
   lo = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
 }
 
-TEQUANT_TARGET_AVX2_INLINE inline __m256i load8(const std::uint32_t* p) noexcept {
+TEQUANT_TARGET_AVX2_INLINE inline __m256i load_u32x8(const std::uint32_t* p) noexcept {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
 
 TEQUANT_TARGET_AVX2 inline philox_lanes8 philox4x32_10_x8(const philox_lanes8& ctr, const std::uint32_t* k0,
                                                           const std::uint32_t* k1) noexcept {
-  __m256i c0 = load8(ctr.w[0]), c1 = load8(ctr.w[1]), c2 = load8(ctr.w[2]), c3 = load8(ctr.w[3]);
-  __m256i key0 = load8(k0), key1 = load8(k1);
+  __m256i c0 = load_u32x8(ctr.w[0]), c1 = load_u32x8(ctr.w[1]), c2 = load_u32x8(ctr.w[2]), c3 = load_u32x8(ctr.w[3]);
+  __m256i key0 = load_u32x8(k0), key1 = load_u32x8(k1);
   const __m256i mul0 = _mm256_set1_epi32(static_cast<int>(0xD2511F53u));
   const __m256i mul1 = _mm256_set1_epi32(static_cast<int>(0xCD9E8D57u));
   const __m256i weyl0 = _mm256_set1_epi32(static_cast<int>(0x9E3779B9u));
