@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// CUDA backend throughput: every quantizer on inputs larger than L2 (256 MiB), the device copy
+// CUDA backend throughput: every quantizer (NVFP4 included) on inputs larger than L2 (256 MiB), the device copy
 // bandwidth measured in the same run as the yardstick, and the one-launch delayed update of 3000
 // slots at L = 1024. Times come from CUDA events (median of many runs); bytes are those actually
 // moved (current scaling reads its input twice).
@@ -66,6 +66,7 @@ struct fixture {
   tequant::device_buffer<std::uint8_t> q0, q1, s0, s1;
   std::unique_ptr<tequant::delayed_bucket<tequant::cuda_backend>> bucket;
   std::vector<float> staging_host;
+  std::uint64_t rng_offset = 0;  // NVFP4 stochastic rounding's stream position (host memory)
 
   fixture() {
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -77,7 +78,7 @@ struct fixture {
     q1 = tequant::device_buffer<std::uint8_t>(n16);
     s0 = tequant::device_buffer<std::uint8_t>(n16 / 16);  // room for any scale tensor below (fp32, 1x128)
     s1 = tequant::device_buffer<std::uint8_t>(n16 / 16);
-    state = b.make_buffer<float>(8);
+    state = b.make_buffer<float>(10);
     b.fill(state.data(), 1, 3.5f);
     refresh(1);
     bucket = std::make_unique<tequant::delayed_bucket<tequant::cuda_backend>>(1024, b);
@@ -110,6 +111,15 @@ struct fixture {
     tequant::block_output o{};
     if (row) o.rowwise_data = {q0.data(), M * K}, o.rowwise_scale_inv = {reinterpret_cast<float*>(s0.data()), rs.size()};
     if (col) o.columnwise_data = {q1.data(), M * K}, o.columnwise_scale_inv = {reinterpret_cast<float*>(s1.data()), cs.size()};
+    return o;
+  }
+
+  // NVFP4 outputs: data two codes a byte, E4M3 scales, the global decode scales in state[8], state[9].
+  tequant::nvfp4_output fp4(std::size_t M, std::size_t K, bool row, bool col) {
+    const auto rs = tequant::nvfp4_rowwise_scale_shape(M, K), cs = tequant::nvfp4_columnwise_scale_shape(M, K);
+    tequant::nvfp4_output o{};
+    if (row) o.rowwise_data = {q0.data(), M * K / 2}, o.rowwise_scale = {s0.data(), rs.size()}, o.rowwise_global_scale_inv = {state.data() + 8, 1};
+    if (col) o.columnwise_data = {q1.data(), M * K / 2}, o.columnwise_scale = {s1.data(), cs.size()}, o.columnwise_global_scale_inv = {state.data() + 9, 1};
     return o;
   }
 
@@ -151,6 +161,19 @@ struct fixture {
                  }});
     c.push_back({"block 128x128 bf16 row+col(T)", in + 2.0 * n16, [=, this] {
                    b.quantize_block(m16, fp8_dtype::e4m3, true, true, 0.0f, blk(M16, K16, true, true, true));
+                 }});
+    // NVFP4 reads x once for the amax and once per direction (one thread per 16-element block).
+    c.push_back({"nvfp4 bf16 rowwise", 2 * in + n16 / 2.0 + n16 / 16.0, [=, this] {
+                   b.quantize_nvfp4(m16, tequant::nvfp4_options{}, fp4(M16, K16, true, false));
+                 }});
+    c.push_back({"nvfp4 bf16 rowwise SR", 2 * in + n16 / 2.0 + n16 / 16.0, [=, this] {
+                   b.quantize_nvfp4(m16, tequant::nvfp4_options{false, &rng_offset, 1}, fp4(M16, K16, true, false));
+                 }});
+    c.push_back({"nvfp4 bf16 row+col(T)", 3 * in + n16 + n16 / 8.0, [=, this] {
+                   b.quantize_nvfp4(m16, tequant::nvfp4_options{}, fp4(M16, K16, true, true));
+                 }});
+    c.push_back({"nvfp4 bf16 16x16 row+col(T)", 3 * in + n16 + n16 / 8.0, [=, this] {
+                   b.quantize_nvfp4(m16, tequant::nvfp4_options{true, nullptr, 0}, fp4(M16, K16, true, true));
                  }});
     bench_case up{"delayed update 3000 slots L=1024 (1 launch)", 0, [this] { bucket->update(tequant::window_max{}, {448.0f}); }, true,
                   [this] { b.upload(bucket->staging().data(), staging_host.data(), staging_host.size()); }};
@@ -251,6 +274,23 @@ bool self_check(fixture& f) {
     same("block 1x128 rowwise scales", as_bytes(rsc), f.s0.data());
     same("block 1x128 columnwise scales", as_bytes(csc), f.s1.data());
   }
+  for (const bool sr : {false, true}) {  // NVFP4 both directions, round to nearest and stochastic
+    const auto rs = tequant::nvfp4_rowwise_scale_shape(M, K), cs = tequant::nvfp4_columnwise_scale_shape(M, K);
+    std::vector<std::uint8_t> r(n / 2), c(n / 2), rsc(rs.size()), csc(cs.size());
+    std::vector<float> g(2);
+    std::uint64_t host_offset = 40, dev_offset = 40;
+    hb.quantize_nvfp4(tequant::matrix_view<const tequant::bf16>{x.data(), M, K}, tequant::nvfp4_options{false, sr ? &host_offset : nullptr, 9},
+                      tequant::nvfp4_output{r, rsc, std::span(g).first(1), c, csc, std::span(g).last(1)});
+    f.b.quantize_nvfp4(tequant::matrix_view<const tequant::bf16>{f.x16.data(), M, K}, tequant::nvfp4_options{false, sr ? &dev_offset : nullptr, 9},
+                       f.fp4(M, K, true, true));
+    same(sr ? "nvfp4 SR rowwise data" : "nvfp4 rowwise data", r, f.q0.data());
+    same(sr ? "nvfp4 SR columnwise data" : "nvfp4 columnwise data", c, f.q1.data());
+    same(sr ? "nvfp4 SR rowwise scales" : "nvfp4 rowwise scales", rsc, f.s0.data());
+    same(sr ? "nvfp4 SR columnwise scales" : "nvfp4 columnwise scales", csc, f.s1.data());
+    const bool g_ok = f.b.read(f.state.data() + 8) == g[0] && f.b.read(f.state.data() + 9) == g[1] && host_offset == dev_offset;
+    std::printf("self-check %-28s %s\n", "nvfp4 global scales, offset", g_ok ? "ok" : "MISMATCH");
+    ok = ok && g_ok;
+  }
   return ok;
 }
 
@@ -318,7 +358,8 @@ static void bm_cuda(benchmark::State& st, int index) {
 static const char* const case_names[] = {"copy", "tensor_fp32_delayed", "tensor_bf16_delayed", "tensor_bf16_current",
                                          "mxfp8_bf16_rowwise", "mxfp8_bf16_rowcol", "mxfp8_fp32_rowcol",
                                          "block1d_bf16_rowwise", "block1d_bf16_rowcol", "block2d_bf16_rowcol",
-                                         "delayed_update_3000x1024"};
+                                         "nvfp4_bf16_rowwise", "nvfp4_bf16_rowwise_sr", "nvfp4_bf16_rowcol",
+                                         "nvfp4_2d_bf16_rowcol", "delayed_update_3000x1024"};
 
 int main(int argc, char** argv) {
   for (int i = 0; i < static_cast<int>(sizeof(case_names) / sizeof(case_names[0])); ++i)

@@ -156,12 +156,14 @@ template <bool Casts>
 class by_hand_case {
  public:
   by_hand_case() : fwd_(params_.history_length), bwd_(params_.history_length) {
+    // Each module keeps its slots' indices, as the manager case keeps its slot ids (and TE modules
+    // their quantizers): both sides look a slot up per cast.
     for (int i = 0; i < modules; ++i) {
-      for (int k = 0; k < 3; ++k) (void)fwd_.add_slot();
-      for (int k = 0; k < 2; ++k) (void)bwd_.add_slot();
+      for (int k = 0; k < 3; ++k) fwd_slot_.push_back(fwd_.add_slot());
+      for (int k = 0; k < 2; ++k) bwd_slot_.push_back(bwd_.add_slot());
     }
     // Pointers taken once, as a hand-written trainer would: no per-cast bounds check. The manager's
-    // plan_cast does check that the slot belongs to it (two compares): work the twin does not do.
+    // plan_cast does check that the slot belongs to it (three compares): work the twin does not do.
     fwd_scale_ = fwd_.scale_data();
     bwd_scale_ = bwd_.scale_data();
     fwd_staging_ = fwd_.staging().data();
@@ -171,13 +173,13 @@ class by_hand_case {
   void step() {
     for (int i = 0; i < modules; ++i)
       for (std::uint32_t k = 0; k < 3; ++k) {
-        const std::uint32_t j = static_cast<std::uint32_t>(3 * i) + k;
+        const std::uint32_t j = fwd_slot_[static_cast<std::size_t>(3 * i) + k];
         do_cast<Casts>(be_, t_, fwd_scale_ + j, fwd_staging_ + j, fd_, amax_);
       }
     fwd_.update(R::algo_type{}, fwd_args_);
     for (int i = modules - 1; i >= 0; --i) {
       for (std::uint32_t k = 0; k < 2; ++k) {
-        const std::uint32_t j = static_cast<std::uint32_t>(2 * i) + k;
+        const std::uint32_t j = bwd_slot_[static_cast<std::size_t>(2 * i) + k];
         do_cast<Casts>(be_, t_, bwd_scale_ + j, bwd_staging_ + j, bd_, amax_);
       }
       benchmark::DoNotOptimize(pending_ = true);
@@ -204,6 +206,7 @@ class by_hand_case {
   const float* bwd_scale_ = nullptr;
   float* fwd_staging_ = nullptr;
   float* bwd_staging_ = nullptr;
+  std::vector<std::uint32_t> fwd_slot_, bwd_slot_;
   tensors t_;
   float amax_ = 1.0f;
   bool pending_ = false;

@@ -11,30 +11,23 @@
 #include "tequant/integration/c10d_comm.hpp"
 #include "tequant/integration/libtorch.hpp"
 
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <torch/csrc/distributed/c10d/FileStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-
 #include <algorithm>
-#include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "c10d_ranks.hpp"
+#include "gpt/checksum.hpp"
 #include "tequant/boundary/engine_callback.hpp"
 #include "tequant/checkpoint/stacked_recompute.hpp"
 #include "tequant/comm/single_process.hpp"
 #include "tequant/manager.hpp"
 #include "tequant/recipe/delayed.hpp"
-
-extern char** environ;
 
 namespace {
 
@@ -72,30 +65,12 @@ std::pair<torch::Tensor, torch::Tensor> batch(int step) {
   return {x, y};
 }
 
-/// FNV-1a over every bucket's scales and amax history: equal checksums = bit-identical state.
-template <class Manager>
-std::uint64_t state_checksum(Manager& m) {
-  std::uint64_t h = 14695981039346656037ull;
-  auto mix = [&](float f) {
-    const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
-    for (int i = 0; i < 4; ++i) h = (h ^ ((u >> (8 * i)) & 0xffu)) * 1099511628211ull;
-  };
-  for (std::uint32_t b = 0; b < m.bucket_count(); ++b) {
-    const auto& st = m.recipe_state()[b];
-    const std::uint32_t n = st.size();
-    for (std::uint32_t j = 0; j < n; ++j) mix(st.scale(j));
-    std::vector<float> hist(static_cast<std::size_t>(history) * n);
-    st.export_te_history(0, n, hist);
-    for (float f : hist) mix(f);
-  }
-  return h;
-}
+using gpt::state_checksum;  // every bucket's scales and amax history: equal checksums = bit-identical state
+
+constexpr std::chrono::seconds timeout{30};  // of every collective
 
 void all_reduce(c10d::ProcessGroup& pg, torch::Tensor& t, c10d::ReduceOp::RedOpType op) {
-  std::vector<torch::Tensor> v{t};
-  c10d::AllreduceOptions o;
-  o.reduceOp = op;
-  pg.allreduce(v, o)->wait();
+  c10d_ranks::all_reduce(pg, t, op, "c10d_data_parallel");
 }
 
 /// Sums every parameter's gradient over the ranks, in one allreduce of the flattened gradients.
@@ -130,12 +105,9 @@ float train_step(Manager& mgr, model<Manager>& net, torch::optim::SGD& opt, cons
   return loss.item<float>();
 }
 
-int run_rank(int rank, int ranks, const std::string& store_path, int steps) {
-  auto store = c10::make_intrusive<c10d::FileStore>(store_path, ranks);
-  auto options = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(30));
-  options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-  c10::intrusive_ptr<c10d::ProcessGroup> pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, ranks, options);
-  pg->barrier()->wait();
+int run_rank(const c10d_ranks::rendezvous& r, int steps) {
+  const int rank = r.rank, ranks = r.world;
+  c10::intrusive_ptr<c10d::ProcessGroup> pg = c10d_ranks::connect(r);
 
   const tequant::delayed_params params{.format = tequant::fp8_format::hybrid, .history_length = history};
   manager_t<tequant::c10d_comm> mgr(params, {}, tequant::c10d_comm(pg));
@@ -216,42 +188,6 @@ int run_rank(int rank, int ranks, const std::string& store_path, int steps) {
   return 0;
 }
 
-/// Starts `ranks` copies of this program as the ranks and waits for them.
-int launch(int ranks, char** argv) {
-  char tmpl[] = "/tmp/tequant-c10d-example-XXXXXX";
-  if (mkdtemp(tmpl) == nullptr) {
-    std::perror("c10d_data_parallel: mkdtemp");
-    return 2;
-  }
-  const std::string dir = tmpl;
-  std::vector<pid_t> pids;
-  for (int r = 0; r < ranks; ++r) {
-    std::vector<std::string> extra{"TEQUANT_EXAMPLE_RANK=" + std::to_string(r), "TEQUANT_EXAMPLE_SIZE=" + std::to_string(ranks),
-                                   "TEQUANT_EXAMPLE_STORE=" + dir + "/store"};
-    std::vector<char*> env;
-    for (char** e = environ; *e != nullptr; ++e) env.push_back(*e);
-    for (auto& s : extra) env.push_back(s.data());
-    env.push_back(nullptr);
-    pid_t pid = 0;
-    if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv, env.data()) != 0) {
-      std::perror("c10d_data_parallel: posix_spawn");
-      for (pid_t p : pids) kill(p, SIGKILL);
-      for (pid_t p : pids) waitpid(p, nullptr, 0);
-      return 2;
-    }
-    pids.push_back(pid);
-  }
-  int failed = 0;
-  for (pid_t p : pids) {
-    int status = 0;
-    waitpid(p, &status, 0);
-    failed += !WIFEXITED(status) || WEXITSTATUS(status) != 0;
-  }
-  std::error_code ignored;
-  std::filesystem::remove_all(dir, ignored);
-  return failed == 0 ? 0 : 1;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -265,14 +201,13 @@ int main(int argc, char** argv) {
                  static_cast<long long>(global_batch));
     return 2;
   }
-  if (const char* rank = std::getenv("TEQUANT_EXAMPLE_RANK"); rank != nullptr) {
+  if (const auto r = c10d_ranks::spawned_rank(timeout)) {
     try {
-      return run_rank(std::atoi(rank), std::atoi(std::getenv("TEQUANT_EXAMPLE_SIZE")), std::getenv("TEQUANT_EXAMPLE_STORE"),
-                      steps);
+      return run_rank(*r, steps);
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "c10d_data_parallel, rank %s: %s\n", rank, e.what());
+      std::fprintf(stderr, "c10d_data_parallel, rank %d: %s\n", r->rank, e.what());
       return 1;
     }
   }
-  return launch(ranks, argv);
+  return c10d_ranks::launch(ranks, argv, "c10d_data_parallel", c10d_ranks::store_kind::file, timeout + std::chrono::seconds(10));
 }

@@ -5,30 +5,39 @@
 // input, weight and grad_output are cast through the manager's recipe; embeddings, LayerNorm, softmax
 // attention, the head and the loss stay FP32. Each block is a tequant::checkpoint (recomputed in the
 // backward). Trained twice on the frozen corpus of examples/gpt (the same split): FP32, then FP8.
+// With --ranks N (or --rendezvous), data-parallel over one c10d/Gloo process group, as gpt_mpi.
 //
 //   libtorch_gpt [the flags of examples/gpt that apply] [--seed N] [--threads N]   (--help lists them)
 #include "tequant/integration/libtorch.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <csignal>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
+#include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "gpt/checksum.hpp"
 #include "gpt/corpus.hpp"
 #include "gpt/report.hpp"
 #include "gpt/options.hpp"
@@ -43,6 +52,11 @@
 #include "tequant/recipe/mxfp8.hpp"
 #include "tequant/recipe/nvfp4.hpp"
 
+#if TEQUANT_GPT_RANKS  // libtorch with c10d/Gloo (libtorch_gpt.cmake): --ranks and --rendezvous
+#include "c10d_ranks.hpp"
+#include "tequant/integration/c10d_comm.hpp"
+#endif
+
 namespace {
 
 using tensors = torch::autograd::variable_list;
@@ -54,6 +68,16 @@ struct extra_options {
   // libtorch's OpenMP workers spin at barriers: on 2 cores shared with other work (load 9-13), a
   // 2-thread run of the test size did not finish in 10 minutes; a 1-thread run takes about 8 s.
   int threads = 1;
+  // Several ranks (data parallelism over one Gloo process group; see run_rank).
+  int ranks = 0;                // --ranks N: start N local ranks (0: the one-process FP32-vs-FP8 run)
+  std::string rendezvous;       // tcp://HOST:PORT or env: this process is rank --rank of --world
+  int rank = -1, world = 0;
+  std::string address;          // this rank's Gloo address
+  bool tcp_store = false;       // --store tcp: local ranks meet through a TCPStore (default: FileStore)
+  int timeout_s = 60;           // of every collective and of the rendezvous
+  bool compare = false;         // also train in one process over the same global batches
+  int diverge_step = 0, die_step = 0, stall_step = 0;  // test switches: rank 1 misbehaves at that step
+  bool distributed() const { return ranks > 0 || !rendezvous.empty(); }
 };
 
 constexpr const char* usage =
@@ -61,6 +85,9 @@ constexpr const char* usage =
     "                    [--recompute none|reentrant|nested] [--steps N] [--layers N] [--d-model N] [--heads N]\n"
     "                    [--context N] [--batch N] [--micro-batches N] [--eval-every N] [--lr X] [--sample N]\n"
     "                    [--data FILE] [--out DIR] [--fp8-only] [--quiet] [--seed N] [--threads N] [--help]\n"
+    "                    [--ranks N | --rendezvous tcp://HOST:PORT|env --rank R --world W] [--compare]\n"
+    "                    [--timeout S] [--store file|tcp] [--address A]\n"
+    "                    [--debug-diverge STEP] [--debug-die-at STEP] [--debug-stall-at STEP]\n"
     "\n"
     "The GPT of examples/gpt on libtorch: trains it in FP32, then with every GEMM operand of its QKV,\n"
     "attention output and MLP projections through tequant::quantized_linear, each block a tequant::checkpoint,\n"
@@ -68,7 +95,22 @@ constexpr const char* usage =
     "d_model 128, 4 heads, context 128, batch 8, 200 steps); --boundary applies to the delayed recipe (the\n"
     "others keep no state to update). Also:\n"
     "  --seed     seed of the initial weights, the batches and the sample (default 1234)\n"
-    "  --threads  libtorch's intra-op threads (default 1; more help only on otherwise idle cores)\n";
+    "  --threads  libtorch's intra-op threads (default 1; more help only on otherwise idle cores)\n"
+    "\n"
+    "Several ranks (data parallelism over one c10d Gloo process group; --batch is the global batch, a\n"
+    "multiple of the ranks, each rank trains on its contiguous batch/ranks sequences of it):\n"
+    "  --ranks N        start N local ranks of this program (they meet through a FileStore in a fresh\n"
+    "                   temporary directory; --store tcp: a TCPStore that the launcher serves)\n"
+    "  --rendezvous tcp://HOST:PORT --rank R --world W\n"
+    "                   be rank R of W ranks started elsewhere; rank 0 serves a TCPStore at HOST:PORT\n"
+    "                   (--rendezvous env: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, as torchrun sets)\n"
+    "  --address A      this rank's address for Gloo (default: the host name's; or $GLOO_SOCKET_IFNAME)\n"
+    "  --timeout S      a collective or the rendezvous that waits longer than S seconds fails (default 60)\n"
+    "  --compare        also train in one process over the same global batches (on rank 0) and print the\n"
+    "                   largest relative loss difference\n"
+    "  --debug-diverge STEP   rank 1 registers one module more at STEP: the layout check stops every rank\n"
+    "  --debug-die-at STEP    rank 1 is killed (SIGKILL) after the forward of STEP\n"
+    "  --debug-stall-at STEP  rank 1 stops after the forward of STEP: the others time out\n";
 
 // ---- the model --------------------------------------------------------------------------------------
 
@@ -164,6 +206,39 @@ struct gpt_model : torch::nn::Module {
 
 // ---- training -------------------------------------------------------------------------------------
 
+/// What a run on several ranks adds to train() (the defaults: one process, nothing to exchange).
+/// Every rank draws the same global batches of --batch sequences and keeps its contiguous share.
+template <class Comm>
+struct data_parallel {
+  int rank = 0, ranks = 1;
+  std::function<Comm()> make_comm;  // the manager's comm policy (unset: Comm{})
+  /// This rank's micro-batch losses -> every rank's, rank after rank (for the global mean).
+  std::function<std::vector<float>(const std::vector<float>&)> gather_losses;
+  /// After the backward, before the optimizer: sums the ranks' gradients (each rank's loss already
+  /// carries the 1/ranks of the global mean, so the sum is the global batch's gradient).
+  std::function<void(const std::vector<torch::Tensor>&)> sum_gradients;
+  /// After each step: checksums of this rank's scaling state and of its weights.
+  std::function<void(int step, std::uint64_t state, std::uint64_t weights)> after_step;
+  std::function<void(int step)> after_forward;  // the test switches (a rank that dies or stalls)
+  int extra_module_at_step = 0;                 // --debug-diverge: register one more module then
+
+  Comm comm() const {
+    if constexpr (std::is_default_constructible_v<Comm>)
+      if (!make_comm) return Comm{};
+    return make_comm();
+  }
+};
+
+/// Every parameter's values, hashed (the checksum gpt_mpi's ranks compare, for libtorch tensors).
+inline std::uint64_t weights_checksum(const std::vector<torch::Tensor>& params) {
+  gpt::fnv1a h;
+  for (const auto& p : params) {
+    const torch::Tensor c = p.detach().contiguous();
+    h.add(std::span<const float>(c.data_ptr<float>(), static_cast<std::size_t>(c.numel())));
+  }
+  return h.value();
+}
+
 struct run_result {
   std::vector<float> train_loss;  // per step (mean over the micro-batches)
   std::vector<int> val_step;
@@ -219,11 +294,16 @@ std::string sample_text(Manager& mgr, gpt_model<Manager>& net, const gpt::corpus
 }
 
 /// Trains one model: quantized when `fp8`, FP32 otherwise (the same code; the region is disabled).
-template <class Recipe, class Boundary>
-run_result train(const gpt::options& o, const extra_options& x, const gpt::corpus& data, bool fp8) {
-  using manager = tequant::quantization_manager<Recipe, Boundary>;
-  manager mgr;  // the recipe's default parameters, as examples/gpt
+template <class Recipe, class Boundary, class Comm = tequant::single_process>
+run_result train(const gpt::options& o, const extra_options& x, const gpt::corpus& data, bool fp8,
+                 const data_parallel<Comm>& dp = {}) {
+  using manager = tequant::quantization_manager<Recipe, Boundary, tequant::stacked_recompute, Comm>;
+  manager mgr({}, {}, dp.comm());  // the recipe's default parameters, as examples/gpt
   const std::int64_t T = o.context, B = o.batch;
+  // this rank's contiguous rows of a global batch of B sequences (all of them in one process)
+  auto my_rows = [&, rows = B / dp.ranks](const std::vector<std::uint32_t>& ids) {
+    return ids_tensor(ids, B).narrow(0, rows * dp.rank, rows);
+  };
   torch::manual_seed(x.seed + 1);
   gpt_model<manager> net(mgr, o, static_cast<std::int64_t>(data.vocab()));
   // Adam (betas 0.9, 0.95) with linear warmup and cosine decay to 10% of the peak, as examples/gpt
@@ -243,30 +323,38 @@ run_result train(const gpt::options& o, const extra_options& x, const gpt::corpu
     const double progress = double(std::max(0, t - warm)) / double(std::max(1, o.steps - warm));
     const double lr = t <= warm ? o.lr * t / warm : o.lr * (0.1 + 0.45 * (1.0 + std::cos(3.14159265358979 * progress)));
     for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamOptions&>(g.options()).lr(lr);
+    if (t == dp.extra_module_at_step) (void)mgr.register_module("debug_diverge.rank" + std::to_string(dp.rank));
     // example-begin libtorch_gpt_step
     tensors losses;
     {
       tequant::libtorch_autocast<manager> region(mgr, /*enabled=*/fp8);  // one forward update at its exit
       for (int mb = 0; mb < o.micro_batches; ++mb) {
-        const auto b = data.train_batch(batch_rng, std::size_t(B), std::size_t(T));
-        losses.push_back(torch::nn::functional::cross_entropy(net.forward(ids_tensor(b.x, B)),
-                                                              ids_tensor(b.y, B).view({-1})));
+        const auto b = data.train_batch(batch_rng, std::size_t(B), std::size_t(T));  // the global batch
+        losses.push_back(torch::nn::functional::cross_entropy(net.forward(my_rows(b.x)), my_rows(b.y).reshape({-1})));
       }
     }
+    if (dp.after_forward) dp.after_forward(t);
     bwd_at.push_back(mgr.stats().backward_updates);  // (for the report: updates per step)
     if (scoped) {
       auto scope = mgr.backward_scope();  // every micro-batch's backward is one logical backward
-      for (const auto& loss : losses) (loss / o.micro_batches).backward();
+      for (const auto& loss : losses) (loss / (o.micro_batches * dp.ranks)).backward();
     } else {
-      losses[0].backward();  // engine_callback: a final callback on libtorch's engine flushes the update
+      (losses[0] / dp.ranks).backward();  // engine_callback: a final callback on the engine flushes the update
     }
+    if (dp.sum_gradients) dp.sum_gradients(net.parameters());  // several ranks: the global batch's gradient
     opt.step();
     opt.zero_grad();
     // example-end
     fwd_at.push_back(mgr.stats().forward_updates);
-    float mean = 0.0f;
-    for (const auto& loss : losses) mean += loss.template item<float>() / float(o.micro_batches);
+    std::vector<float> mb_loss;
+    for (const auto& loss : losses) mb_loss.push_back(loss.template item<float>());
+    if (dp.gather_losses) mb_loss = dp.gather_losses(mb_loss);  // rank after rank
+    float mean = 0.0f;  // in the order one process with micro-batches * ranks micro-batches sums them
+    for (int mb = 0; mb < o.micro_batches; ++mb)
+      for (int k = 0; k < dp.ranks; ++k)
+        mean += mb_loss[std::size_t(k * o.micro_batches + mb)] / float(o.micro_batches * dp.ranks);
     r.train_loss.push_back(mean);
+    if (dp.after_step) dp.after_step(t, gpt::state_checksum(mgr), weights_checksum(net.parameters()));
     // the recipes that keep a scale per slot (NVFP4's state is its random streams: scales per cast)
     if constexpr (requires(const typename Recipe::template state_for<tequant::host_backend>& st) {
                     Recipe::scale(st, std::uint32_t{});
@@ -311,22 +399,24 @@ run_result train(const gpt::options& o, const extra_options& x, const gpt::corpu
 }
 
 /// The boundary decides when the backward update runs; only a stateful recipe (delayed) has one.
-run_result train_any(const gpt::options& o, const extra_options& x, const gpt::corpus& data, bool fp8) {
+template <class Comm = tequant::single_process>
+run_result train_any(const gpt::options& o, const extra_options& x, const gpt::corpus& data, bool fp8,
+                     const data_parallel<Comm>& dp = {}) {
   using engine = tequant::engine_callback<tequant::libtorch_hooks>;
   switch (o.rec) {
     case gpt::recipe::delayed:
       switch (o.bnd) {
-        case gpt::boundary::engine: return train<tequant::delayed_scaling<>, engine>(o, x, data, fp8);
-        case gpt::boundary::autocast: return train<tequant::delayed_scaling<>, tequant::autocast_entry>(o, x, data, fp8);
-        case gpt::boundary::scope: return train<tequant::delayed_scaling<>, tequant::explicit_scope>(o, x, data, fp8);
+        case gpt::boundary::engine: return train<tequant::delayed_scaling<>, engine, Comm>(o, x, data, fp8, dp);
+        case gpt::boundary::autocast: return train<tequant::delayed_scaling<>, tequant::autocast_entry, Comm>(o, x, data, fp8, dp);
+        case gpt::boundary::scope: return train<tequant::delayed_scaling<>, tequant::explicit_scope, Comm>(o, x, data, fp8, dp);
         case gpt::boundary::first_module:
-          return train<tequant::delayed_scaling<>, tequant::first_module_owner>(o, x, data, fp8);
+          return train<tequant::delayed_scaling<>, tequant::first_module_owner, Comm>(o, x, data, fp8, dp);
       }
       break;
-    case gpt::recipe::current: return train<tequant::current_scaling, engine>(o, x, data, fp8);
-    case gpt::recipe::mxfp8: return train<tequant::mxfp8_scaling, engine>(o, x, data, fp8);
-    case gpt::recipe::block: return train<tequant::block_scaling, engine>(o, x, data, fp8);
-    case gpt::recipe::nvfp4: return train<tequant::nvfp4_scaling, engine>(o, x, data, fp8);
+    case gpt::recipe::current: return train<tequant::current_scaling, engine, Comm>(o, x, data, fp8, dp);
+    case gpt::recipe::mxfp8: return train<tequant::mxfp8_scaling, engine, Comm>(o, x, data, fp8, dp);
+    case gpt::recipe::block: return train<tequant::block_scaling, engine, Comm>(o, x, data, fp8, dp);
+    case gpt::recipe::nvfp4: return train<tequant::nvfp4_scaling, engine, Comm>(o, x, data, fp8, dp);
   }
   return {};
 }
@@ -404,6 +494,223 @@ int run(const gpt::options& o, const extra_options& x) {
   return 0;
 }
 
+#if TEQUANT_GPT_RANKS
+// ---- several ranks --------------------------------------------------------------------------------
+
+int failing_step = 0;  // the step in progress on this rank (what an error reports); 0 outside training
+
+/// One rank of a data-parallel run: every rank trains on its share of each global batch, the
+/// gradients are summed with one allreduce on the process group whose c10d_comm reduces the amaxes
+/// (layout check on), and after every step rank 0 learns whether all ranks hold its scaling state
+/// and weights bit for bit. Rank 0 reports (and with --compare trains one process beside it).
+int run_rank(gpt::options o, const extra_options& x, const c10d_ranks::rendezvous& rv) {
+  torch::set_num_threads(x.threads);
+  const int rank = rv.rank, ranks = rv.world;
+  if (o.batch % ranks != 0)
+    throw gpt::bad_option("--batch " + std::to_string(o.batch) + " is the global batch: it must be a multiple of the " +
+                          std::to_string(ranks) + " ranks (each rank trains on batch/ranks sequences of it)");
+  const gpt::corpus data(o.data);
+  const auto pg = c10d_ranks::connect(rv);
+  if (rank != 0) {
+    o.quiet = true;
+    o.sample_chars = 0;
+  }
+  if (rank == 0) {
+    std::printf("tequant GPT on libtorch %s, %d rank%s (c10d data parallel over %s): recipe=%s boundary=%s "
+                "recompute=%s steps=%d threads=%d\n",
+                TORCH_VERSION, ranks, ranks == 1 ? "" : "s", pg->getBackendName().c_str(), gpt::name(o.rec),
+                gpt::name(o.bnd), gpt::name(o.rc), o.steps, x.threads);
+    std::printf("model: %d layers, d_model %d, %d heads, context %d, vocab %zu; global batch %d = %d rank%s x %d "
+                "sequences, %d micro-batch%s = %d tokens/step\n",
+                o.layers, o.d_model, o.heads, o.context, data.vocab(), o.batch, ranks, ranks == 1 ? "" : "s",
+                o.batch / ranks, o.micro_batches, o.micro_batches == 1 ? "" : "es", o.batch * o.micro_batches * o.context);
+    std::printf("gradients: one Gloo allreduce; amaxes: tequant::c10d_comm with the layout check; time-out %d s%s\n",
+                x.timeout_s, x.diverge_step > 0 ? "; --debug-diverge: rank 1 registers an extra module" : "");
+    std::fflush(stdout);
+  }
+
+  int wrong_all = 0;  // rank-steps without exactly one forward and one backward update (FP8 run)
+  double sum_seconds = 0.0;  // FP8 run: in the gradient sum, waiting for the slowest rank included
+  auto distributed = [&](bool fp8, gpt::rank_checks& c) {
+    data_parallel<tequant::c10d_comm> dp;
+    dp.rank = rank;
+    dp.ranks = ranks;
+    dp.make_comm = [pg] { return tequant::c10d_comm(pg, tequant::comm_options{.check_layout = true}); };
+    dp.gather_losses = [pg](const std::vector<float>& mine) {
+      const torch::Tensor all = c10d_ranks::all_gather(
+          *pg, torch::tensor(at::ArrayRef<float>(mine.data(), mine.size()), torch::kFloat), "losses");
+      return std::vector<float>(all.data_ptr<float>(), all.data_ptr<float>() + all.numel());
+    };
+    dp.sum_gradients = [pg, fp8, &sum_seconds](const std::vector<torch::Tensor>& params) {
+      const auto t0 = std::chrono::steady_clock::now();
+      std::vector<torch::Tensor> grads;
+      for (const auto& p : params) grads.push_back(p.grad().defined() ? p.grad().reshape({-1}) : torch::zeros({p.numel()}));
+      torch::Tensor flat = torch::cat(grads);  // one allreduce of every gradient, in parameter order
+      c10d_ranks::all_reduce(*pg, flat, c10d::ReduceOp::SUM, "gradient sum");
+      std::int64_t at = 0;
+      for (const auto& p : params) {
+        if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+        p.grad().copy_(flat.narrow(0, at, p.numel()).view_as(p.grad()));
+        at += p.numel();
+      }
+      if (fp8) sum_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+    dp.after_step = [&c, pg, rank](int step, std::uint64_t state, std::uint64_t weights) {
+      const torch::Tensor mine = torch::tensor({std::bit_cast<std::int64_t>(state), std::bit_cast<std::int64_t>(weights)},
+                                               torch::kLong);
+      const torch::Tensor all = c10d_ranks::all_gather(*pg, mine, "state checksums");
+      failing_step = step + 1;
+      if (rank != 0) return;
+      const torch::Tensor same = (all == mine.view({1, 2})).all(0);  // per column: every rank equals rank 0
+      c.state.push_back(state);
+      c.weights.push_back(weights);
+      c.state_same.push_back(same[0].item<bool>());
+      c.weights_same.push_back(same[1].item<bool>());
+    };
+    if (rank == 1) {
+      dp.extra_module_at_step = x.diverge_step;
+      dp.after_forward = [&x](int step) {
+        if (step == x.die_step) {
+          std::fprintf(stderr, "libtorch_gpt: rank 1: --debug-die-at %d: killing myself after the forward\n", step);
+          std::fflush(stderr);
+          std::raise(SIGKILL);
+        }
+        if (step == x.stall_step) {
+          std::fprintf(stderr, "libtorch_gpt: rank 1: --debug-stall-at %d: stalling after the forward\n", step);
+          std::fflush(stderr);
+          std::this_thread::sleep_for(std::chrono::hours(1));
+        }
+      };
+    }
+    failing_step = 1;
+    run_result r = train_any<tequant::c10d_comm>(o, x, data, fp8, dp);
+    failing_step = 0;
+    if (fp8 && r.stateful) {  // (the others wait here while rank 0 draws its sample)
+      int wrong = 0;
+      for (int k = 0; k < o.steps; ++k) wrong += r.forward_updates[std::size_t(k)] != 1 || r.backward_updates[std::size_t(k)] != 1;
+      torch::Tensor w = torch::full({1}, wrong, torch::kInt);
+      c10d_ranks::all_reduce(*pg, w, c10d::ReduceOp::SUM, "update counts");
+      wrong_all = w.item<int>();
+    }
+    return r;
+  };
+  gpt::rank_checks c32, c8;
+  run_result fp32;
+  if (!o.fp8_only) fp32 = distributed(false, c32);
+  const run_result fp8 = distributed(true, c8);
+  pg->barrier()->wait();  // before any rank leaves (a peer still in a collective would see it go)
+  if (rank != 0) return 0;
+
+  const int state_ok = c8.identical(c8.state_same), weights_ok = c8.identical(c8.weights_same);
+  std::printf("\n%-44s %.4f, %.4f\n", "train loss (last step), validation (final)", double(fp8.train_loss.back()),
+              double(fp8.val_loss.back()));
+  if (fp8.stateful)
+    std::printf("%-44s %d of %d steps (checksums of every bucket's scales and amax history)\n",
+                "FP8 state bit-identical on all ranks", state_ok, o.steps);
+  else
+    std::printf("%-44s none: %s is stateless (each cast scales from its own tensor)\n", "FP8 state", gpt::name(o.rec));
+  std::printf("%-44s %d of %d steps\n", "weights bit-identical on all ranks", weights_ok, o.steps);
+  if (!o.fp8_only)
+    std::printf("%-44s %d of %d steps\n", "FP32 run: weights bit-identical", c32.identical(c32.weights_same), o.steps);
+  if (fp8.stateful)
+    std::printf("%-44s %s\n", "updates per step (forward/backward)",
+                wrong_all == 0 ? "1/1 on every rank at every step"
+                               : (std::to_string(wrong_all) + " rank-steps without exactly 1/1").c_str());
+  std::printf("%-44s %.1fs, %.0f tokens/s (global batch, all ranks); %.2fs of it in the gradient sum "
+              "(waiting for the slowest rank included)\n",
+              "training time (FP8)", fp8.seconds, fp8.tokens_per_second, sum_seconds);
+  if (!fp8.sample.empty()) std::printf("\nsampled from the FP8 model (rank 0):\n----\n%s\n----\n", fp8.sample.c_str());
+  std::fflush(stdout);
+
+  double diff8 = NAN, diff32 = NAN;
+  if (x.compare) {
+    // The same global batches in one process: a one-rank group, so every all-reduce is a no-op.
+    gpt::options one = o;
+    one.quiet = true;
+    one.sample_chars = 0;
+    std::printf("\ncomparing with 1 process over the same global batches of %d ...\n", o.batch);
+    std::fflush(stdout);
+    const c10d_ranks::temp_dir dir;
+    data_parallel<tequant::c10d_comm> solo;
+    const auto solo_pg = c10d_ranks::solo_group(dir.path());
+    solo.make_comm = [solo_pg] { return tequant::c10d_comm(solo_pg); };
+    const run_result ref8 = train_any<tequant::c10d_comm>(one, x, data, true, solo);
+    const auto [d8, at8] = gpt::max_relative_difference(fp8.train_loss, ref8.train_loss);
+    const auto [v8, vat8] = gpt::max_relative_difference(fp8.val_loss, ref8.val_loss);
+    diff8 = std::max(d8, v8);
+    std::printf("%-44s train %.3g (step %d), validation %.3g; loss.csv %s\n", "FP8: max relative loss difference", d8,
+                at8, v8, fp8.train_loss == ref8.train_loss && fp8.val_loss == ref8.val_loss ? "identical" : "differs");
+    if (!o.fp8_only) {
+      const run_result ref32 = train_any<tequant::c10d_comm>(one, x, data, false, solo);
+      const auto [d32, at32] = gpt::max_relative_difference(fp32.train_loss, ref32.train_loss);
+      const auto [v32, vat32] = gpt::max_relative_difference(fp32.val_loss, ref32.val_loss);
+      diff32 = std::max(d32, v32);
+      std::printf("%-44s train %.3g (step %d), validation %.3g\n", "FP32: max relative loss difference", d32, at32, v32);
+    }
+    std::printf("%-44s %.1fs, %.0f tokens/s\n", "1-process FP8 run", ref8.seconds, ref8.tokens_per_second);
+  }
+
+  std::filesystem::create_directories(o.out);
+  const std::string dir = std::filesystem::absolute(o.out).lexically_normal().string();
+  gpt::write_loss_csv(dir + "/loss.csv", o.fp8_only ? nullptr : &fp32, fp8);
+  gpt::write_ranks_csv(dir + "/ranks.csv", fp8, c8, fp8.stateful);
+  std::printf("\nwrote %s/loss.csv and ranks.csv\n", dir.c_str());
+  char cmp[128] = "n/a";
+  if (x.compare)
+    std::snprintf(cmp, sizeof cmp, "%.3g within_1e-4=%s within_1e-2=%s fp32_max_rel_diff=%.3g", diff8,
+                  diff8 <= 1e-4 ? "yes" : "no", diff8 <= 1e-2 ? "yes" : "no", diff32);
+  std::printf("summary: ranks=%d recipe=%s boundary=%s state_identical=%s weights_identical=%s updates_1_1=%s "
+              "fp8_max_rel_diff=%s\n",
+              ranks, gpt::name(o.rec), gpt::name(o.bnd), !fp8.stateful ? "n/a" : state_ok == o.steps ? "yes" : "no",
+              weights_ok == o.steps ? "yes" : "no", !fp8.stateful ? "n/a" : wrong_all == 0 ? "yes" : "no", cmp);
+  std::fflush(stdout);
+  return 0;
+}
+
+/// --ranks N: start N local ranks; a rank started so, or by --rendezvous: run it.
+int run_distributed(const gpt::options& o, const extra_options& x, char** argv) {
+  const std::chrono::milliseconds timeout = std::chrono::seconds(x.timeout_s);
+  std::optional<c10d_ranks::rendezvous> rv = c10d_ranks::spawned_rank(timeout);
+  if (!rv && x.ranks > 0)  // the launcher: it trains nothing itself
+    return c10d_ranks::launch(x.ranks, argv, "libtorch_gpt", x.tcp_store ? c10d_ranks::store_kind::tcp : c10d_ranks::store_kind::file,
+                              timeout + std::chrono::seconds(10));
+  if (!rv) {  // one rank of a job started elsewhere
+    rv.emplace();
+    rv->timeout = timeout;
+    rv->address = x.address;
+    if (x.rendezvous == "env") {
+      auto env = [](const char* name) {
+        const char* v = std::getenv(name);
+        if (v == nullptr) throw gpt::bad_option(std::string("--rendezvous env: $") + name + " is not set");
+        return std::string(v);
+      };
+      rv->rank = std::atoi(env("RANK").c_str());
+      rv->world = std::atoi(env("WORLD_SIZE").c_str());
+      c10d_ranks::parse_tcp("tcp://" + env("MASTER_ADDR") + ":" + env("MASTER_PORT"), *rv);
+    } else {
+      rv->rank = x.rank;
+      rv->world = x.world;
+      c10d_ranks::parse_tcp(x.rendezvous, *rv);
+    }
+    if (rv->world < 1 || rv->rank < 0 || rv->rank >= rv->world)
+      throw gpt::bad_option("--rendezvous needs --rank R and --world W with 0 <= R < W, got rank " +
+                            std::to_string(rv->rank) + " of " + std::to_string(rv->world));
+    rv->serve_store = rv->rank == 0;
+  }
+  try {
+    return run_rank(o, x, *rv);
+  } catch (const gpt::bad_option&) {
+    throw;
+  } catch (const std::exception& e) {
+    if (failing_step > 0)
+      std::fprintf(stderr, "\nlibtorch_gpt: rank %d, step %d: error: %s\n", rv->rank, failing_step, c10d_ranks::first_line(e).c_str());
+    else
+      std::fprintf(stderr, "\nlibtorch_gpt: rank %d: error: %s\n", rv->rank, c10d_ranks::first_line(e).c_str());
+    return 1;
+  }
+}
+#endif  // TEQUANT_GPT_RANKS
+
 /// Takes --seed and --threads out of argv (the rest goes to examples/gpt's parser) and refuses the
 /// flags of examples/gpt that do not apply here.
 std::vector<char*> take_extra(int argc, char** argv, extra_options& x) {
@@ -422,10 +729,35 @@ std::vector<char*> take_extra(int argc, char** argv, extra_options& x) {
     const std::string_view a = argv[i];
     if (a == "--seed") x.seed = static_cast<std::uint32_t>(number(i, a, 0, 1L << 30));
     else if (a == "--threads") x.threads = static_cast<int>(number(i, a, 1, 256));
+    else if (a == "--ranks") x.ranks = static_cast<int>(number(i, a, 1, 1024));
+    else if (a == "--rank") x.rank = static_cast<int>(number(i, a, 0, 1 << 20));
+    else if (a == "--world") x.world = static_cast<int>(number(i, a, 1, 1 << 20));
+    else if (a == "--timeout") x.timeout_s = static_cast<int>(number(i, a, 1, 86400));
+    else if (a == "--debug-diverge") x.diverge_step = static_cast<int>(number(i, a, 1, 1 << 30));
+    else if (a == "--debug-die-at") x.die_step = static_cast<int>(number(i, a, 1, 1 << 30));
+    else if (a == "--debug-stall-at") x.stall_step = static_cast<int>(number(i, a, 1, 1 << 30));
+    else if (a == "--compare") x.compare = true;
+    else if (a == "--rendezvous" || a == "--address" || a == "--store") {
+      if (i + 1 >= argc) throw gpt::bad_option(std::string(a) + " needs a value");
+      const std::string v = argv[++i];
+      if (a == "--rendezvous") x.rendezvous = v;
+      else if (a == "--address") x.address = v;
+      else if (v == "file" || v == "tcp") x.tcp_store = v == "tcp";
+      else throw gpt::bad_option("unknown value '" + v + "' for --store (expected file or tcp)");
+    }
     else if (a == "--no-cast-cache")
       throw gpt::bad_option("--no-cast-cache does not apply: the libtorch quantized_linear casts each weight at every use");
     else rest.push_back(argv[i]);
   }
+  if (x.ranks > 0 && !x.rendezvous.empty())
+    throw gpt::bad_option("--ranks starts local ranks, --rendezvous joins a job started elsewhere: give one of them");
+  if (!x.distributed() && (x.compare || x.diverge_step > 0 || x.die_step > 0 || x.stall_step > 0 || x.rank >= 0 ||
+                           x.world > 0 || x.tcp_store || !x.address.empty()))
+    throw gpt::bad_option("--compare, --rank, --world, --store, --address and the --debug switches need --ranks or --rendezvous");
+  if (x.rendezvous.empty() && (x.rank >= 0 || x.world > 0))
+    throw gpt::bad_option("--rank and --world go with --rendezvous tcp://HOST:PORT (--ranks starts every rank itself)");
+  if (x.ranks == 1 && (x.diverge_step > 0 || x.die_step > 0 || x.stall_step > 0))
+    throw gpt::bad_option("the --debug switches make rank 1 misbehave: they need --ranks 2 or more");
   return rest;
 }
 
@@ -445,8 +777,35 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "libtorch_gpt: %s\n\n%s", e.what(), usage);
     return 2;
   }
+  const int ranks = x.ranks > 0 ? x.ranks : x.world;
+  if (x.distributed() && ranks > 0 && o.batch % ranks != 0) {
+    std::fprintf(stderr, "libtorch_gpt: --batch %d is the global batch: it must be a multiple of the %d ranks (each "
+                 "rank trains on batch/ranks sequences of it)\n", o.batch, ranks);
+    return 2;
+  }
+  for (const int step : {x.diverge_step, x.die_step, x.stall_step})
+    if (step > o.steps) {
+      std::fprintf(stderr, "libtorch_gpt: a --debug step (%d) is after the last step (%d)\n", step, o.steps);
+      return 2;
+    }
+  if (x.diverge_step > 0 && o.rec != gpt::recipe::delayed) {
+    std::fprintf(stderr, "libtorch_gpt: --debug-diverge needs --recipe delayed (the only recipe here whose updates "
+                 "reduce amaxes across ranks)\n");
+    return 2;
+  }
   try {
+#if TEQUANT_GPT_RANKS
+    if (x.distributed()) return run_distributed(o, x, argv);
+#else
+    if (x.distributed()) throw gpt::bad_option("--ranks and --rendezvous need libtorch with c10d/Gloo (not found at build time)");
+#endif
     return run(o, x);
+  } catch (const gpt::bad_option& e) {
+    std::fprintf(stderr, "libtorch_gpt: %s\n", e.what());
+    return 2;
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "libtorch_gpt: %s\n", e.what());
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "\nlibtorch_gpt: error: %s\n", e.what());
     return 1;

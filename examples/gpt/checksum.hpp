@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // Checksums that data-parallel ranks compare after every step: equal checksums = bit-identical state.
+// Shared by gpt_mpi (the own engine) and libtorch_gpt --ranks; no engine of its own.
 #pragma once
 #include <bit>
 #include <cstdint>
+#include <span>
 #include <vector>
-
-#include "../engine/autograd.hpp"
 
 namespace gpt {
 
@@ -19,7 +19,7 @@ class fnv1a {
   void add(std::uint64_t u) {
     for (int i = 0; i < 8; ++i) h_ = (h_ ^ ((u >> (8 * i)) & 0xffu)) * 1099511628211ull;
   }
-  void add(const std::vector<float>& v) {
+  void add(std::span<const float> v) {
     for (float f : v) add(f);
   }
   std::uint64_t value() const { return h_; }
@@ -54,8 +54,9 @@ std::uint64_t state_checksum(const Manager& m) {
   }
 }
 
-/// Every parameter's values.
-inline std::uint64_t weights_checksum(const std::vector<mini::tensor>& params) {
+/// Every parameter's values (the own engine's tensors: p->value.data).
+template <class Params>
+std::uint64_t weights_checksum(const Params& params) {
   fnv1a h;
   for (const auto& p : params) h.add(p->value.data);
   return h.value();

@@ -77,13 +77,6 @@ std::vector<char*> own_flags(int argc, char** argv, rank_options& r) {
   return rest;
 }
 
-/// What rank 0 gathers after every step of one run.
-struct rank_checks {
-  std::vector<std::uint64_t> state, weights;  // rank 0's checksums per step
-  std::vector<bool> state_same, weights_same;  // all ranks equal to rank 0, per step
-  int identical(const std::vector<bool>& v) const { return int(std::count(v.begin(), v.end(), true)); }
-};
-
 /// Waits for every rank without spinning a core (OpenMPI's blocking collectives busy-poll, which on
 /// a small machine steals the CPU that rank 0's reference run needs).
 void wait_for_all_ranks() {
@@ -94,36 +87,6 @@ void wait_for_all_ranks() {
     if (done) return;
     usleep(20000);
   }
-}
-
-/// The same loss.csv as gpt writes (so the two can be compared byte for byte).
-
-void write_ranks_csv(const std::string& path, const run_result& fp8, const rank_checks& c, bool stateful) {
-  std::ofstream f(path);
-  f << "step,train_loss_fp8,state_identical,weights_identical,state_checksum,weights_checksum\n";
-  char buf[64];
-  for (std::size_t k = 0; k < fp8.train_loss.size(); ++k) {
-    std::snprintf(buf, sizeof buf, "%.9g", double(fp8.train_loss[k]));
-    f << k + 1 << ',' << buf << ',' << (!stateful ? "n/a" : c.state_same[k] ? "yes" : "no") << ','
-      << (c.weights_same[k] ? "yes" : "no") << ',';
-    std::snprintf(buf, sizeof buf, "%016llx,%016llx", (unsigned long long)c.state[k], (unsigned long long)c.weights[k]);
-    f << buf << '\n';
-  }
-  if (!f) throw std::runtime_error("cannot write " + path);
-}
-
-/// Largest |a - b| / |b| over the steps, and the step where it occurs.
-std::pair<double, int> max_relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  double worst = -1.0;
-  int at = 0;
-  for (std::size_t k = 0; k < std::min(a.size(), b.size()); ++k) {
-    const double d = std::fabs(double(a[k]) - double(b[k])) / std::fabs(double(b[k]));
-    if (d > worst) {
-      worst = d;
-      at = int(k + 1);
-    }
-  }
-  return {std::max(worst, 0.0), at};
 }
 
 int rank = 0, ranks = 1;

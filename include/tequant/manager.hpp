@@ -5,7 +5,6 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -13,18 +12,17 @@
 #include "tequant/backend/concepts.hpp"
 #include "tequant/boundary/concepts.hpp"
 #include "tequant/boundary/deferred_work.hpp"
-#include "tequant/boundary/flush_control.hpp"
 #include "tequant/checkpoint/concepts.hpp"
 #include "tequant/checkpoint/frame.hpp"
 #include "tequant/checkpoint/stacked_recompute.hpp"
 #include "tequant/comm/concepts.hpp"
 #include "tequant/comm/single_process.hpp"
 #include "tequant/config.hpp"
+#include "tequant/detail/manager_parts.hpp"
 #include "tequant/error.hpp"
 #include "tequant/guards.hpp"
 #include "tequant/manager_types.hpp"
 #include "tequant/policy.hpp"
-#include "tequant/recipe/bucket_states.hpp"
 #include "tequant/recipe/concepts.hpp"
 #include "tequant/slot_table.hpp"
 
@@ -33,58 +31,7 @@ namespace tequant {
 struct host_backend;
 
 namespace detail {
-
 struct manager_access;
-
-/// After a failed policy check, parts built on that policy become this, so that the user sees one
-/// `tequant:` static_assert per wrong policy and not a cascade (style guide P5).
-struct invalid_part {
-  constexpr invalid_part() noexcept = default;
-  template <class A, class... More>
-  constexpr explicit invalid_part(A&&, More&&...) noexcept {}
-};
-
-template <bool Valid, class R, class B>
-struct recipe_part_of {
-  using type = invalid_part;
-  using params = invalid_part;
-  using states = invalid_part;
-};
-template <class R, class B>
-struct recipe_part_of<true, R, B> {
-  using type = bucket_states<R, B>;
-  using params = typename R::params_type;
-  using states = typename bucket_states<R, B>::container;
-};
-
-// Checks that run only when the checks they depend on passed (no cascade from an unusable backend).
-template <bool Run, class R, class B>
-constexpr bool check_recipe_if() {
-  if constexpr (Run) return check_recipe<R, B>();
-  else return false;
-}
-template <bool Run, class C, class B>
-constexpr bool check_checkpoint_if() {
-  if constexpr (Run) return check_checkpoint<C, B>();
-  else return false;
-}
-template <bool Valid, class P>
-struct flush_part_of {
-  using type = invalid_part;
-};
-template <class P>
-struct flush_part_of<true, P> {
-  using type = flush_control<P>;
-};
-template <bool Valid, class C, class B>
-struct stack_part_of {
-  using type = invalid_part;
-};
-template <class C, class B>
-struct stack_part_of<true, C, B> {
-  using type = typename C::template stack_for<B>;
-};
-
 }  // namespace detail
 
 /// Owns the quantization state of one model and moves it at the right boundaries.
@@ -257,15 +204,19 @@ class quantization_manager {
 
   /// Registers backward_dw-style work (a delayed weight gradient) to run later, inside the scope of
   /// the logical backward it belongs to. The boundary may refuse where that cannot hold.
-  void defer_weight_grad(std::function<void()> work) {
-    detail::require(static_cast<bool>(work), "defer_weight_grad: empty function");
+  /// `work` is any callable with no arguments (a lambda, a std::function); it is moved in.
+  template <class F>
+    requires std::is_invocable_v<std::decay_t<F>&>
+  void defer_weight_grad(F&& work) {
+    detail::require(!detail::empty_work(work), "defer_weight_grad: empty function");
+    detail::deferred_item item(std::forward<F>(work));
     try {
       flush_.defer();
     } catch (...) {
       deferred_.clear();
       throw;
     }
-    deferred_.add(std::move(work));
+    deferred_.add(std::move(item));
   }
 
   /// Runs the deferred weight-gradient work in registration order, inside backward_scope() (before the

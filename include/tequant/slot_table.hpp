@@ -149,11 +149,12 @@ class slot_table {
 
   /// The cast path's check that `s` belongs to this table: a few compares, the message out of line.
   void check(slot_id s, const char* where) const {
+    // The fields go to the message one by one: passing the struct made the cast path spill it.
     if (s.bucket >= hot_count_) [[unlikely]]
-      bad_slot(s, where);
+      bad_slot(s.dir, s.bucket, s.index, where);
     const hot_bucket h = hot_.data()[s.bucket];
     if (s.index >= h.slots || h.dir != s.dir) [[unlikely]]
-      bad_slot(s, where);
+      bad_slot(s.dir, s.bucket, s.index, where);
   }
 
   /// "'module'.role[gemm N]", for messages.
@@ -281,9 +282,9 @@ class slot_table {
     fail(where, ": module handle ", m.index, " is not registered (", modules_.size(), " modules)");
   }
 
-  [[noreturn, gnu::noinline, gnu::cold]] static void bad_slot(slot_id s, const char* where) {
-    fail(where, ": slot (", to_string(s.dir), ", bucket ", s.bucket, ", index ", s.index,
-         ") does not belong to this manager");
+  [[noreturn, gnu::noinline, gnu::cold]] static void bad_slot(direction dir, std::uint32_t bucket, std::uint32_t index,
+                                                             const char* where) {
+    fail(where, ": slot (", to_string(dir), ", bucket ", bucket, ", index ", index, ") does not belong to this manager");
   }
 
   struct no_state {

@@ -340,8 +340,8 @@ TEST_CASE("nvfp4 stochastic rounding: every code is the one the scalar generator
     }
 }
 
-TEST_CASE("nvfp4_random: any access order returns the scalar generator's word for the element") {
-  tequant::detail::nvfp4_random rnd(99, 1000);
+TEST_CASE("nvfp4_host_random: any access order returns the scalar generator's word for the element") {
+  tequant::detail::nvfp4_host_random rnd(99, 1000);
   std::mt19937 g(5);
   std::uniform_int_distribution<std::uint64_t> jump(0, 200);
   std::uint64_t e = 0;

@@ -358,14 +358,3 @@ TEST_CASE("nvcc host: CUDA failures become tequant::error naming the operation")
     CHECK(cudaPeekAtLastError() == cudaSuccess);
   }
 }
-
-TEST_CASE("nvcc host: NVFP4 casts on cuda_backend are a tequant::error (host backend only)") {
-  tequant::cuda_backend b;  // the refusal comes before any device work
-  tequant::cast_plan plan{nullptr, nullptr, tequant::fp8_dtype::e4m3, tequant::scaling_mode::nvfp4};
-  const float x[4] = {1.0f, 2.0f, 3.0f, 4.0f};
-  CHECK_THROWS_WITH_AS(b.quantize(tequant::matrix_view<const float>{x, 2, 2}, plan, tequant::quantized_output{}),
-                       doctest::Contains("tequant: cuda_backend: quantize_nvfp4 is not implemented"), tequant::error);
-  float out[4] = {};
-  CHECK_THROWS_WITH_AS(b.dequantize(plan, 2, 2, tequant::quantized_output{}, false, std::span<float>(out, 4)),
-                       doctest::Contains("tequant: cuda_backend: dequantize_nvfp4 is not implemented"), tequant::error);
-}

@@ -5,6 +5,7 @@
 // leave the state bit-identical (strong guarantee; see docs/reliability.md for the table).
 #include <doctest/doctest.h>
 
+#include <functional>
 #include <optional>
 
 #include <cstdint>
@@ -181,7 +182,8 @@ TEST_CASE("misuse raises tequant errors and leaves the state bit-identical (stro
   CHECK_TEQUANT_ERROR((void)r.m.slot(tequant::module_handle{9}, tequant::forward_role::input), "not registered");
   CHECK_TEQUANT_ERROR((void)r.m.slot(r.model.h[0], tequant::forward_role::input, 1), "has 1 GEMMs");
   CHECK_TEQUANT_ERROR((void)r.m.plan_cast(tequant::slot_id{tequant::direction::forward, 7, 0}), "does not belong");
-  CHECK_TEQUANT_ERROR(r.m.defer_weight_grad({}), "empty function");
+  CHECK_TEQUANT_ERROR(r.m.defer_weight_grad(std::function<void()>{}), "empty function");
+  CHECK_TEQUANT_ERROR(r.m.defer_weight_grad(static_cast<void (*)()>(nullptr)), "empty function");
   tequant::checkpoint_frame f("never recorded");
   CHECK_TEQUANT_ERROR((void)r.m.checkpoint_replay(f), "'never recorded' has no snapshot");
   {

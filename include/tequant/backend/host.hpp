@@ -13,8 +13,11 @@
 #include "tequant/backend/layouts.hpp"
 #include "tequant/backend/plan_dispatch.hpp"
 #include "tequant/backend/validate.hpp"
-#include "tequant/detail/host_nvfp4.hpp"
-#include "tequant/detail/host_simd.hpp"
+#include "tequant/detail/host_kernels.hpp"
+#ifndef TEQUANT_SEPARATE_HOST_KERNELS
+#  include "tequant/detail/host_nvfp4.hpp"
+#  include "tequant/detail/host_simd.hpp"
+#endif
 #include "tequant/error.hpp"
 #include "tequant/format/bits.hpp"
 #include "tequant/format/e8m0.hpp"

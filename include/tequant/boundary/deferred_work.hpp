@@ -3,8 +3,9 @@
 // backward scope it belongs to.
 #pragma once
 #include <cstddef>
-#include <functional>
+#include <memory>
 #include <mutex>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -12,19 +13,49 @@
 
 namespace tequant::detail {
 
+/// One registered item: any callable, moved in (copyable or not). Not std::function, whose header
+/// costs every translation unit that includes the manager.
+class deferred_item {
+ public:
+  template <class F>
+  explicit deferred_item(F&& f) : impl_(std::make_unique<holder<std::decay_t<F>>>(std::forward<F>(f))) {}
+  void operator()() { impl_->run(); }
+
+ private:
+  struct callable {
+    virtual ~callable() = default;
+    virtual void run() = 0;
+  };
+  template <class F>
+  struct holder final : callable {
+    explicit holder(F&& f) : fn(std::move(f)) {}
+    explicit holder(const F& f) : fn(f) {}
+    void run() override { fn(); }
+    F fn;
+  };
+  std::unique_ptr<callable> impl_;
+};
+
+/// Whether `work` holds nothing to call (a null function pointer, an empty std::function).
+template <class F>
+bool empty_work(const F& work) noexcept {
+  if constexpr (std::is_pointer_v<F> || std::is_member_pointer_v<F>) return work == nullptr;
+  else if constexpr (requires { work.operator bool(); }) return !work.operator bool();
+  else return false;
+}
+
 /// A thread-safe queue of work items. After any error nothing stays registered: work whose logical
 /// backward failed must not leak into the next one.
 class deferred_work {
  public:
-  void add(std::function<void()> work) {
-    require(static_cast<bool>(work), "defer_weight_grad: empty function");
+  void add(deferred_item work) {
     std::lock_guard<std::mutex> lock(mutex_);
     work_.push_back(std::move(work));
   }
 
   /// Runs the items in registration order; if one throws, the rest are dropped and it propagates.
   void run() {
-    std::vector<std::function<void()>> work;
+    std::vector<deferred_item> work;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       work.swap(work_);
@@ -44,7 +75,7 @@ class deferred_work {
 
  private:
   mutable std::mutex mutex_;
-  std::vector<std::function<void()>> work_;
+  std::vector<deferred_item> work_;
 };
 
 }  // namespace tequant::detail

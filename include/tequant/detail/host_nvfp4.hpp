@@ -13,6 +13,7 @@
 
 #include "tequant/backend/layouts.hpp"
 #include "tequant/detail/host_simd.hpp"
+#include "tequant/detail/nvfp4_blocks.hpp"
 #include "tequant/detail/philox.hpp"
 #include "tequant/detail/philox_x8.hpp"
 #include "tequant/format/bits.hpp"
@@ -22,12 +23,12 @@
 
 namespace tequant::detail {
 
-/// The random word of element `e` of a stochastic-rounding stream (seed, first group). Draws eight
-/// groups at a time (AVX2 lanes where the CPU has them; the same words as philox_group) and caches them,
-/// so a sequential walk runs the generator once per 32 elements.
-class nvfp4_random {
+/// nvfp4_random on the host: the random word of element `e` of a stochastic-rounding stream (seed, first
+/// group), drawn eight groups at a time (AVX2 lanes where the CPU has them; the same words as
+/// philox_group) and cached, so a sequential walk runs the generator once per 32 elements.
+class nvfp4_host_random {
  public:
-  nvfp4_random(std::uint64_t seed, std::uint64_t first_group) noexcept : seed_(seed), first_(first_group) {}
+  nvfp4_host_random(std::uint64_t seed, std::uint64_t first_group) noexcept : seed_(seed), first_(first_group) {}
   std::uint32_t operator()(std::uint64_t e) noexcept {
     const std::uint64_t g = e / 4;
     if (!drawn_ || g - group_ >= 8) {  // (g < group_ wraps around to a large difference)
@@ -44,9 +45,6 @@ class nvfp4_random {
   bool drawn_ = false;
   philox_lanes8 words_{};
 };
-
-/// Groups of four random words a stream over n elements consumes.
-constexpr std::uint64_t nvfp4_groups(std::size_t n) noexcept { return (static_cast<std::uint64_t>(n) + 3) / 4; }
 
 /// out[i] = the random word of element e0 + i of a stream (seed, first group), for i < n, in element order.
 inline void nvfp4_random_words(std::uint64_t seed, std::uint64_t first, std::uint64_t e0, std::size_t n,
@@ -72,9 +70,6 @@ inline void nvfp4_block_sr_scalar(const T* x, std::size_t len, float mult, const
 inline void put_nibble(std::uint8_t* data, std::size_t e, std::uint8_t c) noexcept {
   std::uint8_t& b = data[e / 2];
   b = (e & 1) != 0 ? static_cast<std::uint8_t>((b & 0x0Fu) | (c << 4)) : static_cast<std::uint8_t>((b & 0xF0u) | c);
-}
-inline std::uint8_t get_nibble(const std::uint8_t* data, std::size_t e) noexcept {
-  return static_cast<std::uint8_t>((data[e / 2] >> ((e & 1) * 4)) & 0x0Fu);
 }
 
 template <class T>
@@ -342,7 +337,7 @@ void quantize_nvfp4_host(matrix_view<const T> x, const nvfp4_options& opt, const
                         o.rowwise_scale.data() + m * rs.cols);
     }
   } else if (row) {
-    nvfp4_random rnd(opt.rng_seed, first);
+    nvfp4_host_random rnd(opt.rng_seed, first);
     for (std::size_t m = 0; m < M; ++m) {
       const T* xr = x.data + m * K;
       for (std::size_t kb = 0; kb < KB; ++kb) {
@@ -387,7 +382,7 @@ void quantize_nvfp4_host(matrix_view<const T> x, const nvfp4_options& opt, const
   }
   // Stochastic: element index e = k*M + m of a stream after the rowwise one, in that order.
   if (col && sr) {
-    nvfp4_random rnd(opt.rng_seed, first + nvfp4_groups(n));
+    nvfp4_host_random rnd(opt.rng_seed, first + nvfp4_groups(n));
     for (std::size_t k = 0; k < K; ++k) {
       for (std::size_t mb = 0; mb < MB; ++mb) {
         const std::size_t r0 = mb * nvfp4_block, len = std::min<std::size_t>(nvfp4_block, M - r0);
@@ -404,17 +399,6 @@ void quantize_nvfp4_host(matrix_view<const T> x, const nvfp4_options& opt, const
     }
   }
   if (sr) *opt.rng_offset = first + (row ? nvfp4_groups(n) : 0) + (col ? nvfp4_groups(n) : 0);
-}
-
-/// Decodes one direction: out [M, K] = e2m1 * e4m3 block scale * global decode scale.
-inline void dequantize_nvfp4_host(const std::uint8_t* q, std::size_t M, std::size_t K, bool columnwise,
-                                  const std::uint8_t* scale, scale_shape ss, float global_inv, float* out) noexcept {
-  for (std::size_t m = 0; m < M; ++m)
-    for (std::size_t k = 0; k < K; ++k) {
-      const std::size_t e = columnwise ? k * M + m : m * K + k;
-      const std::uint8_t s = columnwise ? scale[k * ss.cols + m / nvfp4_block] : scale[m * ss.cols + k / nvfp4_block];
-      out[m * K + k] = decode_e2m1(get_nibble(q, e)) * decode_e4m3(s) * global_inv;
-    }
 }
 
 }  // namespace tequant::detail

@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "tequant/config.hpp"
+#include "tequant/detail/host_kernels.hpp"
 #include "tequant/format/bits.hpp"
 #include "tequant/format/e8m0.hpp"
 #include "tequant/format/fp8.hpp"
@@ -94,13 +95,6 @@ inline void column_amax_scalar(const T* x, std::size_t n, std::uint32_t* colmax)
     const std::uint32_t k = amax_key(widen(x[i]));
     colmax[i] = k > colmax[i] ? k : colmax[i];
   }
-}
-
-/// MXFP8 E8M0 code of a block whose amax key is `key`: the code of amax / fp8_max.
-template <fp8_dtype D>
-inline std::uint8_t mxfp8_code(std::uint32_t key) noexcept {
-  constexpr float rcp = 1.0f / fp8_max(D);  // TE multiplies by the fp32 reciprocal
-  return encode_e8m0(bits_float(key) * rcp);
 }
 
 /// MXFP8 rowwise quantization of one 1x32 block: E8M0 code of amax / fp8_max, then the cast.
@@ -600,9 +594,9 @@ inline bool host_has_avx2() noexcept {
 #  define TEQUANT_HOST_DISPATCH(T, call)
 #endif
 
-/// max over |x| of the non-NaN values, as float bits (>= 0).
+// The entry points declared in host_kernels.hpp (documented there).
 template <class T>
-inline float amax_host(const T* x, std::size_t n) noexcept {
+float amax_host(const T* x, std::size_t n) noexcept {
   const auto bits = [&]() noexcept -> std::uint32_t {
     TEQUANT_HOST_DISPATCH(T, amax(x, n))
     return amax_bits_scalar(x, n);
@@ -610,10 +604,8 @@ inline float amax_host(const T* x, std::size_t n) noexcept {
   return bits_float(bits());
 }
 
-/// out[i] = fp8(x[i] * scale); when `amax_bits` is non-null, also max-accumulates amax keys of x
-/// (one read of x for delayed scaling's cast + amax).
 template <fp8_dtype D, class T>
-inline void scale_encode_host(const T* x, std::size_t n, float scale, std::uint8_t* out, std::uint32_t* amax_bits) noexcept {
+void scale_encode_host(const T* x, std::size_t n, float scale, std::uint8_t* out, std::uint32_t* amax_bits) noexcept {
   const auto run = [&]() noexcept -> std::uint32_t {
     TEQUANT_HOST_DISPATCH(T, scale_encode<D>(x, n, scale, out, amax_bits != nullptr))
     return scale_encode_scalar<D>(x, n, scale, out, amax_bits != nullptr);
@@ -622,38 +614,33 @@ inline void scale_encode_host(const T* x, std::size_t n, float scale, std::uint8
   if (amax_bits && m > *amax_bits) *amax_bits = m;
 }
 
-/// out[i] = fp8(x[i] * scale[i]) (per-element multipliers: columnwise blocks).
 template <fp8_dtype D, class T>
-inline void scale_encode_each_host(const T* x, std::size_t n, const float* scale, std::uint8_t* out) noexcept {
+void scale_encode_each_host(const T* x, std::size_t n, const float* scale, std::uint8_t* out) noexcept {
   TEQUANT_HOST_DISPATCH(T, scale_encode_each<D>(x, n, scale, out))
   scale_encode_each_scalar<D>(x, n, scale, out);
 }
 
-/// colmax[k] = max(colmax[k], amax key of x[k]) for one row (columnwise block amax).
 template <class T>
-inline void column_amax_host(const T* x, std::size_t n, std::uint32_t* colmax) noexcept {
+void column_amax_host(const T* x, std::size_t n, std::uint32_t* colmax) noexcept {
   TEQUANT_HOST_DISPATCH(T, column_amax(x, n, colmax))
   column_amax_scalar(x, n, colmax);
 }
 
-/// MXFP8 1x32 rowwise blocks of x [M, K] (K a multiple of 32); see mxfp8_rowwise_scalar.
 template <fp8_dtype D, class T>
-inline void mxfp8_rowwise_host(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, std::uint8_t* scale,
+void mxfp8_rowwise_host(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, std::uint8_t* scale,
                                std::size_t scale_cols) noexcept {
   TEQUANT_HOST_DISPATCH(T, mxfp8_rowwise<D>(x, M, K, data, scale, scale_cols))
   mxfp8_rowwise_scalar<D>(x, M, K, data, scale, scale_cols);
 }
 
-/// MXFP8 32x1 columnwise blocks of one 32-row block of x [*, K]; see mxfp8_columnwise_scalar.
 template <fp8_dtype D, class T>
-inline void mxfp8_columnwise_host(const T* x, std::size_t K, std::uint8_t* data, std::uint8_t* scale) noexcept {
+void mxfp8_columnwise_host(const T* x, std::size_t K, std::uint8_t* data, std::uint8_t* scale) noexcept {
   TEQUANT_HOST_DISPATCH(T, mxfp8_columnwise<D>(x, K, data, scale))
   mxfp8_columnwise_scalar<D>(x, K, data, scale);
 }
 
-/// FP8 block scaling 1x128 rowwise tiles of x [M, K]; see block_rowwise_scalar.
 template <fp8_dtype D, class T>
-inline void block_rowwise_host(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, float* scale_inv,
+void block_rowwise_host(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, float* scale_inv,
                                std::size_t scale_stride, bool pow2, float eps, float value_for_inf) noexcept {
   TEQUANT_HOST_DISPATCH(T, block_rowwise<D>(x, M, K, data, scale_inv, scale_stride, pow2, eps, value_for_inf))
   block_rowwise_scalar<D>(x, M, K, data, scale_inv, scale_stride, pow2, eps, value_for_inf);

@@ -32,9 +32,13 @@ TEQUANT_HD constexpr std::uint8_t encode_e2m1(float x) noexcept {
   const std::uint32_t u = detail::float_bits(x);
   const std::uint32_t a = u & 0x7FFFFFFFu;
   if (a > 0x7F800000u) return 0x7;  // NaN saturates to +max, sign dropped (as NVIDIA's conversion)
+  // Local copies: device code may not index a namespace-scope array, only read its constant elements.
+  constexpr std::uint32_t tie_down[4] = {detail::e2m1_tie_down[0], detail::e2m1_tie_down[1], detail::e2m1_tie_down[2],
+                                         detail::e2m1_tie_down[3]};
+  constexpr std::uint32_t tie_up[3] = {detail::e2m1_tie_up[0], detail::e2m1_tie_up[1], detail::e2m1_tie_up[2]};
   std::uint32_t code = 0;
-  for (const std::uint32_t t : detail::e2m1_tie_down) code += a > t ? 1u : 0u;
-  for (const std::uint32_t t : detail::e2m1_tie_up) code += a >= t ? 1u : 0u;
+  for (const std::uint32_t t : tie_down) code += a > t ? 1u : 0u;
+  for (const std::uint32_t t : tie_up) code += a >= t ? 1u : 0u;
   return static_cast<std::uint8_t>(((u >> 28) & 0x8u) | code);
 }
 
@@ -61,8 +65,9 @@ TEQUANT_HD constexpr std::uint8_t encode_e2m1_stochastic(float x, std::uint32_t 
   std::uint8_t lo = 0;
   for (std::uint8_t c = 1; c < 7; ++c) lo = a >= magnitude[c] ? c : lo;
   // Neighbours are 0.5, 1 or 2 apart and within a factor two of each other above 0.5, so a - lo is
-  // exact and the division by the power-of-two step too.
-  const float frac = (a - magnitude[lo]) / (magnitude[lo + 1] - magnitude[lo]);
+  // exact and the division by the power-of-two step too (div_rn: exact on the device even under
+  // --use_fast_math, where a plain `/` is an approximation).
+  const float frac = detail::div_rn(a - magnitude[lo], magnitude[lo + 1] - magnitude[lo]);
   const float draw = static_cast<float>(random >> 8) * 0x1p-24f;  // [0, 1) in steps of 2^-24, exact
   return static_cast<std::uint8_t>(sign | (draw < frac ? lo + 1 : lo));
 }

@@ -6,21 +6,31 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
-#include <fstream>
-#include <ios>
-#include <random>
 #include <span>
 #include <string>
 #include <vector>
 
 #include <fcntl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "tequant/error.hpp"
 
 namespace tequant::detail {
+
+/// A tag for a temporary file's name. O_EXCL keeps the file ours whatever the tag; randomness only
+/// keeps concurrent writers from colliding (without <random>, which costs every includer 9k lines).
+inline std::uint64_t temporary_tag(int attempt) noexcept {
+  std::uint64_t tag = 0;
+  if (::getrandom(&tag, sizeof tag, GRND_NONBLOCK) == static_cast<::ssize_t>(sizeof tag)) return tag;
+  ::timespec t{};
+  ::clock_gettime(CLOCK_MONOTONIC, &t);
+  return (static_cast<std::uint64_t>(t.tv_nsec) << 24) ^ (static_cast<std::uint64_t>(::getpid()) << 8) ^
+         static_cast<std::uint64_t>(attempt);
+}
 
 [[noreturn]] inline void fail_errno(const char* who, const std::filesystem::path& path, const char* what, int err) {
   fail(who, "('", path.string(), "'): ", what, ": ", std::strerror(err));
@@ -32,11 +42,10 @@ namespace tequant::detail {
 inline void write_file_atomically(const std::filesystem::path& path, std::span<const std::uint8_t> bytes,
                                   const char* who) {
   const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
-  std::random_device rd;
   std::string tmp;
   int fd = -1;
   for (int attempt = 0; attempt < 16 && fd < 0; ++attempt) {
-    const std::uint64_t tag = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+    const std::uint64_t tag = temporary_tag(attempt);
     char hex[17];
     for (int i = 0; i < 16; ++i) hex[i] = "0123456789abcdef"[(tag >> (60 - 4 * i)) & 0xF];
     hex[16] = '\0';
@@ -78,15 +87,22 @@ inline void write_file_atomically(const std::filesystem::path& path, std::span<c
 
 /// The whole file, or a `tequant:` error naming it.
 inline std::vector<std::uint8_t> read_file(const std::filesystem::path& path, const char* who) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail_errno(who, path, "cannot open", errno);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail_errno(who, path, "cannot open", errno);
   std::vector<std::uint8_t> bytes;
-  char buf[1 << 16];
-  while (in) {
-    in.read(buf, sizeof buf);
-    bytes.insert(bytes.end(), buf, buf + in.gcount());
+  std::uint8_t buf[1 << 16];
+  for (;;) {
+    const ::ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      fail_errno(who, path, "read failed", err);
+    }
+    bytes.insert(bytes.end(), buf, buf + n);
   }
-  if (in.bad()) fail_errno(who, path, "read failed", errno);
+  ::close(fd);
   return bytes;
 }
 

@@ -21,6 +21,7 @@
 #include "tequant/backend/cuda/buffer.cuh"
 #include "tequant/backend/cuda/check.cuh"
 #include "tequant/backend/cuda/dequantize_kernel.cuh"
+#include "tequant/backend/cuda/nvfp4_kernels.cuh"
 #include "tequant/backend/cuda/tensor_kernels.cuh"
 #include "tequant/backend/cuda/update_kernel.cuh"
 #include "tequant/backend/cuda/vector.cuh"
@@ -59,6 +60,15 @@ constexpr float cuda_input_type_max() noexcept {
   if constexpr (std::is_same_v<T, bf16>) return bits_float(0x7F7F0000u);  // 0x1.FEp127
   else if constexpr (std::is_same_v<T, fp16>) return 65504.0f;
   else return float_max;
+}
+
+/// Whether NVFP4 options ask for the columnwise random Hadamard transform (a field of nvfp4_options on
+/// builds where host_backend implements it). The CUDA kernels do not, so cuda_backend refuses such a
+/// cast instead of silently casting without the transform.
+template <class Options>
+constexpr bool nvfp4_asks_rht(const Options& o) noexcept {
+  if constexpr (requires { o.columnwise_rht; }) return static_cast<bool>(o.columnwise_rht);
+  else return false;
 }
 
 }  // namespace detail
@@ -237,17 +247,6 @@ class cuda_backend {
     launch_dequantize(a);
   }
 
-  /// NVFP4 has no CUDA kernels yet: a tequant::error naming the host backend, which has them.
-  template <class T>
-    requires detail::is_quantizable_input<T>
-  void quantize_nvfp4(matrix_view<const T>, const nvfp4_options&, const nvfp4_output&) const {
-    detail::fail("cuda_backend: quantize_nvfp4 is not implemented (NVFP4 runs on host_backend only)");
-  }
-  void dequantize_nvfp4(std::span<const std::uint8_t>, std::size_t, std::size_t, bool, std::span<const std::uint8_t>,
-                        std::span<const float>, std::span<float>) const {
-    detail::fail("cuda_backend: dequantize_nvfp4 is not implemented (NVFP4 runs on host_backend only)");
-  }
-
   /// Dequantizes FP8 block data into out [M, K]; columnwise data is [K, M].
   void dequantize_block(std::span<const std::uint8_t> q, std::size_t M, std::size_t K, fp8_dtype d, bool tile_2d,
                         bool columnwise, std::span<const float> scale_inv, std::span<float> out) const {
@@ -351,6 +350,69 @@ class cuda_backend {
     }
   }
 
+  // ---- NVFP4 ------------------------------------------------------------------------------------
+
+  /// NVFP4 as host_backend::quantize_nvfp4, byte for byte: S_enc = 448*6 / amax(x), an E4M3 scale per
+  /// 1x16 / 16x1 block (16x16 tile with opt.tile_2d), E2M1 codes two a byte, columnwise data the
+  /// transpose [K, M]; stochastic rounding from the same Philox stream as the host when opt.rng_offset
+  /// is set (a host pointer, advanced here like the host does). Padding written as 0. Scratch for the
+  /// amax (and tile codes) is stream-ordered (cudaMallocAsync), so the cast needs no host synchronisation.
+  /// No random Hadamard transform: options asking for it are a tequant::error.
+  template <class T>
+    requires detail::is_quantizable_input<T>
+  void quantize_nvfp4(matrix_view<const T> x, const nvfp4_options& opt, const nvfp4_output& o) const {
+    detail::require(!detail::nvfp4_asks_rht(opt),
+                    "cuda_backend::quantize_nvfp4: RHT not implemented on CUDA (the cast asks for the columnwise random "
+                    "Hadamard transform); use host_backend or nvfp4_params::random_hadamard_transform = false");
+    const auto [empty, row, col, rs, cs] = detail::check_quantize_nvfp4(x.rows, x.cols, x.data, o);
+    if (empty) return;
+    const std::size_t M = x.rows, K = x.cols, n = M * K;
+    const std::size_t MB = detail::ceil_div(M, nvfp4_block), KB = detail::ceil_div(K, nvfp4_block);
+    detail::nvfp4_cast_args a = detail::nvfp4_make_cast_args(x.data, M, K, opt, o, rs, cs);
+    const std::size_t tiles = opt.tile_2d ? MB * KB : 0;
+    void* scratch = nullptr;  // the amax (a float), then the tile codes
+    detail::check(cudaMallocAsync(&scratch, sizeof(float) + tiles, stream_), "cudaMallocAsync(quantize_nvfp4 scratch)");
+    try {
+      float* amax_d = static_cast<float*>(scratch);
+      amax(x.data, n, amax_d);  // NaN ignored, as the host's pass 1
+      if (opt.tile_2d) {
+        a.tile_scale = static_cast<std::uint8_t*>(scratch) + sizeof(float);
+        detail::nvfp4_tile_kernel<T><<<grid_for(tiles), detail::nvfp4_threads, 0, stream_>>>(a, amax_d);
+        detail::check_launch("nvfp4_tile_kernel");
+      }
+      if (row) {
+        zero_padding(a.row_scale, rs.size(), M * KB);
+        detail::nvfp4_rowwise_kernel<T><<<grid_for(M * KB), detail::nvfp4_threads, 0, stream_>>>(
+            a, amax_d, o.rowwise_global_scale_inv.data());
+        detail::check_launch("nvfp4_rowwise_kernel");
+      }
+      if (col) {
+        zero_padding(a.col_scale, cs.size(), MB * K);
+        detail::nvfp4_columnwise_kernel<T><<<grid_for(MB * K), detail::nvfp4_threads, 0, stream_>>>(
+            a, amax_d, o.columnwise_global_scale_inv.data());
+        detail::check_launch("nvfp4_columnwise_kernel");
+      }
+    } catch (...) {
+      (void)cudaFreeAsync(scratch, stream_);
+      throw;
+    }
+    detail::check(cudaFreeAsync(scratch, stream_), "cudaFreeAsync(quantize_nvfp4 scratch)");
+    detail::nvfp4_advance_stream(a, opt);
+  }
+
+  /// Dequantizes one direction of NVFP4 data into out [M, K] (columnwise data is [K, M]); see host_backend.
+  void dequantize_nvfp4(std::span<const std::uint8_t> q, std::size_t M, std::size_t K, bool columnwise,
+                        std::span<const std::uint8_t> scale, std::span<const float> global_scale_inv,
+                        std::span<float> out) const {
+    const scale_shape ss = detail::check_dequantize_nvfp4(q.size(), M, K, columnwise, scale.size(),
+                                                          global_scale_inv.size(), out.size());
+    if (M * K == 0) return;
+    const detail::nvfp4_dequantize_args a{q.data(), M, K, columnwise, scale.data(), ss.cols, global_scale_inv.data(),
+                                          out.data()};
+    detail::nvfp4_dequantize_kernel<<<grid_for(M * K), detail::nvfp4_threads, 0, stream_>>>(a);
+    detail::check_launch("nvfp4_dequantize_kernel");
+  }
+
  private:
   template <class Algo>
   void update_delayed_all(std::span<const delayed_bucket_view> views, std::span<const delayed_update_args> args, Algo,
@@ -390,6 +452,12 @@ class cuda_backend {
     const auto blocks = static_cast<unsigned>(std::min<std::size_t>((n + 255) / 256, 65535));
     detail::dequantize_kernel<<<blocks, 256, 0, stream_>>>(a);
     detail::check_launch("dequantize_kernel");
+  }
+
+  // Blocks of nvfp4_threads for `items` one-thread items; the kernels' grid-stride loops cover the rest.
+  static unsigned grid_for(std::size_t items) {
+    return static_cast<unsigned>(std::min<std::size_t>((items + detail::nvfp4_threads - 1) / detail::nvfp4_threads,
+                                                       std::size_t{1} << 20));
   }
 
   int sm_count() const {

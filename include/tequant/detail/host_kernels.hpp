@@ -1,0 +1,83 @@
+// SPDX-License-Identifier: Apache-2.0
+// The host quantize kernels' entry points, declared without their bodies. host_backend calls only these.
+// Their definitions (detail/host_simd.hpp, detail/host_nvfp4.hpp: AVX2 code, <immintrin.h>) are what a
+// translation unit pays most for in parse and code generation, so a program may compile them once:
+// define TEQUANT_SEPARATE_HOST_KERNELS in every translation unit and include
+// <tequant/backend/host_kernels_instantiate.hpp> in exactly one (docs/api.md, "Compile time").
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "tequant/backend/layouts.hpp"
+#include "tequant/format/bits.hpp"
+#include "tequant/format/e2m1.hpp"
+#include "tequant/format/e8m0.hpp"
+#include "tequant/format/fp8.hpp"
+#include "tequant/format/nvfp4.hpp"
+
+namespace tequant::detail {
+
+/// MXFP8 E8M0 code of a block whose amax key is `key`: the code of amax / fp8_max.
+template <fp8_dtype D>
+inline std::uint8_t mxfp8_code(std::uint32_t key) noexcept {
+  constexpr float rcp = 1.0f / fp8_max(D);  // TE multiplies by the fp32 reciprocal
+  return encode_e8m0(bits_float(key) * rcp);
+}
+
+// Not `inline`: in the separate mode a translation unit sees these declarations only and links to the
+// one explicit instantiation of each (backend/host_kernels_instantiate.hpp).
+
+/// max over |x| of the non-NaN values (>= 0).
+template <class T>
+float amax_host(const T* x, std::size_t n) noexcept;
+
+/// out[i] = fp8(x[i] * scale); when `amax_bits` is non-null, also max-accumulates amax keys of x
+/// (one read of x for delayed scaling's cast + amax).
+template <fp8_dtype D, class T>
+void scale_encode_host(const T* x, std::size_t n, float scale, std::uint8_t* out, std::uint32_t* amax_bits) noexcept;
+
+/// out[i] = fp8(x[i] * scale[i]) (per-element multipliers: columnwise blocks).
+template <fp8_dtype D, class T>
+void scale_encode_each_host(const T* x, std::size_t n, const float* scale, std::uint8_t* out) noexcept;
+
+/// colmax[k] = max(colmax[k], amax key of x[k]) for one row (columnwise block amax).
+template <class T>
+void column_amax_host(const T* x, std::size_t n, std::uint32_t* colmax) noexcept;
+
+/// MXFP8 1x32 rowwise blocks of x [M, K] (K a multiple of 32): data [M, K], E8M0 codes at
+/// scale[m * scale_cols + k / 32].
+template <fp8_dtype D, class T>
+void mxfp8_rowwise_host(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, std::uint8_t* scale,
+                        std::size_t scale_cols) noexcept;
+
+/// MXFP8 32x1 columnwise blocks of one 32-row block of x [*, K].
+template <fp8_dtype D, class T>
+void mxfp8_columnwise_host(const T* x, std::size_t K, std::uint8_t* data, std::uint8_t* scale) noexcept;
+
+/// FP8 block scaling 1x128 rowwise tiles of x [M, K].
+template <fp8_dtype D, class T>
+void block_rowwise_host(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, float* scale_inv,
+                        std::size_t scale_stride, bool pow2, float eps, float value_for_inf) noexcept;
+
+/// NVFP4: quantizes x [M, K] (M, K even; checked by the caller) into the requested directions of `o`.
+template <class T>
+void quantize_nvfp4_host(matrix_view<const T> x, const nvfp4_options& opt, const nvfp4_output& o, bool row, bool col,
+                         scale_shape rs, scale_shape cs);
+
+/// Code `e` of packed E2M1 data (two a byte, the lower nibble first).
+inline std::uint8_t get_nibble(const std::uint8_t* data, std::size_t e) noexcept {
+  return static_cast<std::uint8_t>((data[e / 2] >> ((e & 1) * 4)) & 0x0Fu);
+}
+
+/// NVFP4: decodes one direction: out [M, K] = e2m1 * e4m3 block scale * global decode scale.
+inline void dequantize_nvfp4_host(const std::uint8_t* q, std::size_t M, std::size_t K, bool columnwise,
+                                  const std::uint8_t* scale, scale_shape ss, float global_inv, float* out) noexcept {
+  for (std::size_t m = 0; m < M; ++m)
+    for (std::size_t k = 0; k < K; ++k) {
+      const std::size_t e = columnwise ? k * M + m : m * K + k;
+      const std::uint8_t s = columnwise ? scale[k * ss.cols + m / nvfp4_block] : scale[m * ss.cols + k / nvfp4_block];
+      out[m * K + k] = decode_e2m1(get_nibble(q, e)) * decode_e4m3(s) * global_inv;
+    }
+}
+
+}  // namespace tequant::detail
