@@ -28,8 +28,9 @@ TEST_CASE("nvfp4 blocks: the block amax ignores NaN, counts -0 as 0 and lets inf
 }
 
 TEST_CASE("nvfp4 blocks: a stochastic cast's stream positions are the host's") {
-  // Columnwise only still starts its stream after the rowwise one's groups and advances by one
-  // direction: the host's rule, which the kernels take from nvfp4_make_cast_args / nvfp4_advance_stream.
+  // Columnwise only still starts its stream after the rowwise one's groups, and the offset moves past
+  // the last group drawn: the host's rule, which the kernels take from nvfp4_make_cast_args /
+  // nvfp4_advance_stream.
   std::uint64_t offset = 100;
   const tequant::nvfp4_options opt{false, &offset, 7};
   std::uint8_t d[8], s[128 * 4];
@@ -41,5 +42,5 @@ TEST_CASE("nvfp4 blocks: a stochastic cast's stream positions are the host's") {
   CHECK(a.col_first == 104);
   CHECK(a.row_data == nullptr);
   tequant::detail::nvfp4_advance_stream(a, opt);
-  CHECK(offset == 104);
+  CHECK(offset == 108);
 }

@@ -229,6 +229,34 @@ TEST_CASE("nvfp4 stochastic rounding: unbiased, reproducible from (seed, offset)
   CHECK_FALSE(std::equal(q.output().rowwise_data.begin(), q.output().rowwise_data.end(), q2.output().rowwise_data.begin()));
 }
 
+TEST_CASE("nvfp4 stochastic rounding: a columnwise-only cast moves the offset past every word it drew") {
+  // The columnwise stream is numbered after the rowwise one's place; a cast of the columnwise copy
+  // alone draws from there, so the next cast (rowwise, say) must start after it, not reuse its words.
+  host_backend be;
+  const std::size_t M = 32, K = 64, n = M * K, groups = (n + 3) / 4;
+  std::vector<float> x(n);
+  for (std::size_t i = 0; i < n; ++i) x[i] = 0.1f + 0.37f * static_cast<float>(i % 23);
+  cast_plan plan = nvfp4_plan(false);
+  plan.rng_seed = 99;
+  std::uint64_t offset = 0;
+  plan.rng_offset = &offset;
+  quantized_tensor<host_backend> col_only, row_only;
+  col_only.prepare(be, plan, M, K, false, true);
+  be.quantize(matrix_view<const float>{x.data(), M, K}, plan, col_only.output());
+  CHECK(offset == 2 * groups);
+  row_only.prepare(be, plan, M, K, true, false);
+  be.quantize(matrix_view<const float>{x.data(), M, K}, plan, row_only.output());
+  CHECK(offset == 3 * groups);
+  // The rowwise cast drew [2g, 3g): what a cast of both directions from offset 2g writes rowwise.
+  std::uint64_t both_offset = 2 * groups;
+  plan.rng_offset = &both_offset;
+  quantized_tensor<host_backend> both;
+  both.prepare(be, plan, M, K);
+  be.quantize(matrix_view<const float>{x.data(), M, K}, plan, both.output());
+  CHECK(std::equal(row_only.output().rowwise_data.begin(), row_only.output().rowwise_data.end(),
+                   both.output().rowwise_data.begin()));
+}
+
 TEST_CASE("philox4x32-10, eight lanes: Random123's known answers, and every lane equals the scalar generator") {
   using tequant::detail::philox4x32_10;
   using tequant::detail::philox_counter;

@@ -398,7 +398,9 @@ void quantize_nvfp4_host(matrix_view<const T> x, const nvfp4_options& opt, const
       }
     }
   }
-  if (sr) *opt.rng_offset = first + (row ? nvfp4_groups(n) : 0) + (col ? nvfp4_groups(n) : 0);
+  // The columnwise stream follows the rowwise one's place whether or not that was drawn, so the offset
+  // moves past the last group drawn: a later cast never reuses a word of this one.
+  if (sr) *opt.rng_offset = first + (col ? 2 * nvfp4_groups(n) : nvfp4_groups(n));
 }
 
 }  // namespace tequant::detail

@@ -70,11 +70,12 @@ inline nvfp4_cast_args nvfp4_make_cast_args(const void* x, std::size_t M, std::s
   return a;
 }
 
-/// Where a stochastic cast leaves *opt.rng_offset: past the groups of each direction it wrote.
+/// Where a stochastic cast leaves *opt.rng_offset: past the last group it drew (the columnwise stream
+/// sits after the rowwise one's place even when only the columnwise direction is cast).
 inline void nvfp4_advance_stream(const nvfp4_cast_args& a, const nvfp4_options& opt) noexcept {
   if (!a.stochastic) return;
   const std::uint64_t g = nvfp4_groups(a.rows * a.cols);
-  *opt.rng_offset = a.row_first + (a.row_data != nullptr ? g : 0) + (a.col_data != nullptr ? g : 0);
+  *opt.rng_offset = a.row_first + (a.col_data != nullptr ? 2 * g : g);
 }
 
 /// The tensor's encode scale S_enc and decode scale S_dec = 1 / S_enc, as the host computes them.
