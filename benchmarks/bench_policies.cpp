@@ -16,6 +16,10 @@
 //   floor       hand-written, no manager: direct pointers into the recipe state, a plain array of
 //               snapshot scales, a bool for "pending", direct update calls;
 //   te_style    TE's bookkeeping re-implemented in C++ (te_style_baseline.hpp).
+// NVFP4 rows: the recipe's state is its gradients' random streams (stochastic rounding), so its twins
+// keep the recipe's own state and plan through the recipe; the floor counts the manager's (empty)
+// update per direction, TE-style none (TE keeps no fp8_meta for NVFP4; its bits come from torch's
+// generator).
 // Counters: snap_heap_B (heap growth over the forward of a steady-state step: memory held for the
 // recompute; the manager's frames are fresh for that step so that their hash tables count too), snap_payload_B (snapshot scales / stashes counted from the state), snapshots (outstanding
 // at the end of the forward), fwd_upd / bwd_upd (updates per step, checked), first_step_us (includes
@@ -31,6 +35,7 @@
 #include <cstdlib>
 #include <deque>
 #include <new>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -53,6 +58,7 @@
 #include "tequant/recipe/current.hpp"
 #include "tequant/recipe/delayed.hpp"
 #include "tequant/recipe/mxfp8.hpp"
+#include "tequant/recipe/nvfp4.hpp"
 
 // ---- heap accounting (only while a probe tracks; the timed loops never track) ------------------------
 namespace {
@@ -111,9 +117,39 @@ inline float synthetic_amax(std::uint32_t step, std::uint32_t layer, int role) n
 
 // ---- the casts: one tensor per role (5 roles), shared by every layer -----------------------------------
 
-/// Whether R keeps per-bucket state (delayed scaling here): what the hand-written twins then keep too.
+/// Whether R keeps per-bucket state: the manager then runs one update per direction per step.
 template <class R>
 inline constexpr bool stateful = detail::has_state<R, host_backend>;
+
+/// Whether that state is delayed scaling's (scales, amax histories, a fused update): what the
+/// hand-written twins and TE's bookkeeping then keep too. NVFP4's state is its gradients' random
+/// streams instead: the twins keep the recipe's own state and plan through the recipe.
+template <class R>
+inline constexpr bool scale_state = stateful<R> && requires { typename R::algo_type; };
+
+/// A hand-written twin's copy of the recipe's own state (one per direction) when it is not scales.
+struct no_recipe_state {};
+template <class R, bool Own = stateful<R> && !scale_state<R>>
+struct twin_state_of {
+  using type = no_recipe_state;
+};
+template <class R>
+struct twin_state_of<R, true> {
+  using type = typename R::template state_for<host_backend>;
+};
+template <class R>
+using twin_state = typename twin_state_of<R>::type;
+
+template <class R>
+twin_state<R> make_twin_state(const typename R::params_type& p, std::uint32_t slots) {
+  if constexpr (std::is_same_v<twin_state<R>, no_recipe_state>) {
+    return {};
+  } else {
+    twin_state<R> st = R::make_state(p, host_backend{});
+    for (std::uint32_t k = 0; k < slots; ++k) R::add_slot(st);
+    return st;
+  }
+}
 
 template <class R>
 struct caster {
@@ -146,10 +182,13 @@ struct caster {
   }
 };
 
-/// A hand-written twin's plan: the recipe's own for a stateless recipe, the given pointers otherwise.
+/// A hand-written twin's plan: the given pointers for scale state, the recipe's own otherwise (from the
+/// twin's copy of its state when it keeps one).
 template <class R>
-cast_plan twin_plan(const typename R::params_type& p, direction d, std::uint32_t k, const float* scale, float* amax) {
-  if constexpr (stateful<R>) return {scale, amax, R::dtype(p, d)};
+cast_plan twin_plan(const typename R::params_type& p, direction d, std::uint32_t k, const float* scale, float* amax,
+                    twin_state<R>& st) {
+  if constexpr (scale_state<R>) return {scale, amax, R::dtype(p, d)};
+  else if constexpr (stateful<R>) return R::plan(p, st, slot_id{d, 0, k});
   else return R::plan(p, slot_id{d, 0, k});
 }
 
@@ -322,38 +361,44 @@ class floor_step {
       for (std::uint32_t r = 0; r < 3; ++r) {
         const std::uint32_t k = 3 * i + r;
         cast_plan plan;
-        if constexpr (stateful<R>) {
-          plan = twin_plan<R>(params_, direction::forward, k, fwd_.scale_data() + k, fwd_.staging().data() + k);
+        if constexpr (scale_state<R>) {
+          plan = twin_plan<R>(params_, direction::forward, k, fwd_.scale_data() + k, fwd_.staging().data() + k,
+                              rfwd_);
           if constexpr (C == recompute::stacked) snap_[k] = *plan.scale;
         } else {
-          plan = twin_plan<R>(params_, direction::forward, k, nullptr, nullptr);
+          plan = twin_plan<R>(params_, direction::forward, k, nullptr, nullptr, rfwd_);
         }
         cast_(plan, static_cast<int>(r), synthetic_amax(step_, i, static_cast<int>(r)));
       }
-    if constexpr (stateful<R>) fwd_.update(typename R::algo_type{}, R::update_args(params_, direction::forward));
-    if (p) p->end(C == recompute::stacked && stateful<R> ? snap_.size() * sizeof(float) : 0, 0);
+    if constexpr (scale_state<R>) fwd_.update(typename R::algo_type{}, R::update_args(params_, direction::forward));
+    else if constexpr (stateful<R>) R::update(params_, direction::forward, std::span<twin_state<R>>(&rfwd_, 1));
+    if (p) p->end(C == recompute::stacked && scale_state<R> ? snap_.size() * sizeof(float) : 0, 0);
     for (std::uint32_t i = n_; i-- > 0;) {
       if constexpr (C == recompute::stacked) {
         for (std::uint32_t r = 0; r < 3; ++r) {
-          cast_plan plan = twin_plan<R>(params_, direction::forward, 3 * i + r, nullptr, nullptr);
-          if constexpr (stateful<R>) plan.scale = &snap_[3 * i + r];
+          cast_plan plan = twin_plan<R>(params_, direction::forward, 3 * i + r, nullptr, nullptr, rfwd_);
+          if constexpr (scale_state<R>) plan.scale = &snap_[3 * i + r];
           cast_(plan, static_cast<int>(r), 0.0f);
         }
       }
       for (std::uint32_t r = 0; r < 2; ++r) {
         const std::uint32_t k = 2 * i + r;
         cast_plan plan;
-        if constexpr (stateful<R>)
-          plan = twin_plan<R>(params_, direction::backward, k, bwd_.scale_data() + k, bwd_.staging().data() + k);
+        if constexpr (scale_state<R>)
+          plan = twin_plan<R>(params_, direction::backward, k, bwd_.scale_data() + k, bwd_.staging().data() + k,
+                              rbwd_);
         else
-          plan = twin_plan<R>(params_, direction::backward, k, nullptr, nullptr);
+          plan = twin_plan<R>(params_, direction::backward, k, nullptr, nullptr, rbwd_);
         cast_(plan, 3 + static_cast<int>(r), synthetic_amax(step_, i, 3 + static_cast<int>(r)));
       }
       pending_ = true;
     }
     if constexpr (stateful<R>) {
       if (pending_) {
-        bwd_.update(typename R::algo_type{}, R::update_args(params_, direction::backward));
+        if constexpr (scale_state<R>)
+          bwd_.update(typename R::algo_type{}, R::update_args(params_, direction::backward));
+        else
+          R::update(params_, direction::backward, std::span<twin_state<R>>(&rbwd_, 1));
         ++bwd_updates_;
       }
       ++fwd_updates_;
@@ -369,10 +414,10 @@ class floor_step {
   struct no_state {
     explicit no_state(std::uint32_t) {}
   };
-  using state_t = std::conditional_t<stateful<R>, delayed_bucket<host_backend>, no_state>;
+  using state_t = std::conditional_t<scale_state<R>, delayed_bucket<host_backend>, no_state>;
 
   void register_slots() {
-    if constexpr (stateful<R>) {
+    if constexpr (scale_state<R>) {
       for (std::uint32_t k = 0; k < 3 * n_; ++k) (void)fwd_.add_slot();
       for (std::uint32_t k = 0; k < 2 * n_; ++k) (void)bwd_.add_slot();
       snap_.assign(3 * n_, 0.0f);
@@ -384,6 +429,7 @@ class floor_step {
   typename R::params_type params_ = bench_params<R>();
   caster<R> cast_;
   state_t fwd_{history_length}, bwd_{history_length};
+  twin_state<R> rfwd_ = make_twin_state<R>(params_, 3 * n_), rbwd_ = make_twin_state<R>(params_, 2 * n_);
   std::vector<float> snap_;
   bool registered_ = false, pending_ = false;
   std::uint32_t step_ = 0;
@@ -395,14 +441,15 @@ class floor_step {
 template <class R, recompute C>
 class te_step {
   static float scaled_max(direction d) {
-    if constexpr (stateful<R>) return R::update_args(bench_params<R>(), d).scaled_max;
+    if constexpr (scale_state<R>) return R::update_args(bench_params<R>(), d).scaled_max;
     else return 0.0f;
   }
 
  public:
   te_step(std::uint32_t layers, bool kernels)
-      : n_(layers), st_(history_length, scaled_max(direction::forward), scaled_max(direction::backward), stateful<R>),
-        cast_(kernels) {
+      : n_(layers),
+        st_(history_length, scaled_max(direction::forward), scaled_max(direction::backward), scale_state<R>),
+        cast_(kernels), rfwd_(make_twin_state<R>(params_, 3)), rbwd_(make_twin_state<R>(params_, 2)) {
     for (std::uint32_t i = 0; i < n_; ++i) (void)st_.add_module("layer" + std::to_string(i), 1);
   }
 
@@ -426,7 +473,8 @@ class te_step {
       }
       auto& m = st_.module(i);
       for (std::uint32_t r = 0; r < 2; ++r) {
-        cast_plan plan = twin_plan<R>(params_, direction::backward, r, m.bwd.scale.data() + r, m.bwd.staging(r));
+        cast_plan plan = twin_plan<R>(params_, direction::backward, r, m.bwd.scale.data() + r, m.bwd.staging(r),
+                                      rbwd_);
         cast_(plan, 3 + static_cast<int>(r), synthetic_amax(step_, i, 3 + static_cast<int>(r)));
       }
       st_.end_backward(i);  // the owner (layer 0, last in backward) runs the backward update
@@ -442,7 +490,7 @@ class te_step {
     st_.prepare_forward(i);
     auto& m = st_.module(i);
     for (std::uint32_t r = 0; r < 3; ++r) {
-      cast_plan plan = twin_plan<R>(params_, direction::forward, r, m.fwd.scale.data() + r, m.fwd.staging(r));
+      cast_plan plan = twin_plan<R>(params_, direction::forward, r, m.fwd.scale.data() + r, m.fwd.staging(r), rfwd_);
       cast_(plan, static_cast<int>(r), synthetic_amax(step_, i, static_cast<int>(r)));
     }
     st_.end_forward(i);
@@ -452,6 +500,7 @@ class te_step {
   typename R::params_type params_ = bench_params<R>();
   te_style::state_manager st_;
   caster<R> cast_;
+  twin_state<R> rfwd_, rbwd_;  // NVFP4: TE draws from torch's generator, one stream per process
   std::uint32_t step_ = 0;
 };
 
@@ -502,10 +551,10 @@ void add_recipe_checkpoint() {
                                (kernels ? "/kernels" : "/no_kernels");
       const std::string head = recipe_name<R>();
       constexpr bool st = stateful<R>;
-      // The manager's frames exist for every recipe; TE stashes only delayed-scaling state.
-      constexpr bool frames = C == recompute::stacked, stashes = frames && st;
+      // The manager's frames exist for every recipe; TE stashes and updates only delayed-scaling state.
+      constexpr bool frames = C == recompute::stacked, stashes = frames && scale_state<R>;
       add<floor_step<R, C>>(head + "/floor" + tail, layers, kernels, st, false);
-      add<te_step<R, C>>(head + "/te_style" + tail, layers, kernels, st, stashes);
+      add<te_step<R, C>>(head + "/te_style" + tail, layers, kernels, scale_state<R>, stashes);
       add<manager_step<R, engine_b, C>>(head + "/" + engine_b::name + tail, layers, kernels, st, frames);
       add<manager_step<R, autocast_b, C>>(head + "/" + autocast_b::name + tail, layers, kernels, st, frames);
       add<manager_step<R, scope_b, C>>(head + "/" + scope_b::name + tail, layers, kernels, st, frames);
@@ -543,6 +592,7 @@ int main(int argc, char** argv) {
   add_recipe<current_scaling>();
   add_recipe<mxfp8_scaling>();
   add_recipe<block_scaling>();
+  add_recipe<nvfp4_scaling>();
   add_user_policies<recompute::none>();
   add_user_policies<recompute::stacked>();
   benchmark::Initialize(&argc, argv);

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The character-level GPT of examples/gpt, written with libtorch modules: token and position
 // embeddings, pre-LayerNorm blocks (causal multi-head self-attention, GELU MLP), an output head. The
-// four GEMMs of each block (QKV, attention output, MLP up and down) are tequant::fp8_linear, so their
+// four GEMMs of each block (QKV, attention output, MLP up and down) are tequant::quantized_linear, so their
 // input, weight and grad_output are cast through the manager's recipe; embeddings, LayerNorm, softmax
 // attention, the head and the loss stay FP32. Each block is a tequant::checkpoint (recomputed in the
 // backward). Trained twice on the frozen corpus of examples/gpt (the same split): FP32, then FP8.
@@ -50,6 +50,7 @@
 #include "tequant/recipe/current.hpp"
 #include "tequant/recipe/delayed.hpp"
 #include "tequant/recipe/mxfp8.hpp"
+#include "tequant/recipe/nvfp4.hpp"
 
 #if TEQUANT_GPT_RANKS  // libtorch with c10d/Gloo (libtorch_gpt.cmake): --ranks and --rendezvous
 #include "c10d_ranks.hpp"
@@ -80,7 +81,7 @@ struct extra_options {
 };
 
 constexpr const char* usage =
-    "usage: libtorch_gpt [--recipe delayed|current|mxfp8|block] [--boundary engine|autocast|scope|first-module]\n"
+    "usage: libtorch_gpt [--recipe delayed|current|mxfp8|block|nvfp4] [--boundary engine|autocast|scope|first-module]\n"
     "                    [--recompute none|reentrant|nested] [--steps N] [--layers N] [--d-model N] [--heads N]\n"
     "                    [--context N] [--batch N] [--micro-batches N] [--eval-every N] [--lr X] [--sample N]\n"
     "                    [--data FILE] [--out DIR] [--fp8-only] [--quiet] [--seed N] [--threads N] [--help]\n"
@@ -89,7 +90,7 @@ constexpr const char* usage =
     "                    [--debug-diverge STEP] [--debug-die-at STEP] [--debug-stall-at STEP]\n"
     "\n"
     "The GPT of examples/gpt on libtorch: trains it in FP32, then with every GEMM operand of its QKV,\n"
-    "attention output and MLP projections through tequant::fp8_linear, each block a tequant::checkpoint,\n"
+    "attention output and MLP projections through tequant::quantized_linear, each block a tequant::checkpoint,\n"
     "and compares their validation losses. The flags mean what they mean for `gpt` (defaults: 2 layers,\n"
     "d_model 128, 4 heads, context 64, batch 16, 150 steps); --boundary applies to the delayed recipe (the\n"
     "others keep no state to update). Also:\n"
@@ -117,7 +118,7 @@ constexpr const char* usage =
 /// Pre-LayerNorm block: h + attn_out(attention(qkv(ln1(h)))), then + mlp_down(gelu(mlp_up(ln2(.)))).
 template <class Manager>
 struct block_module : torch::nn::Module {
-  using linear = tequant::fp8_linear<Manager>;
+  using linear = tequant::quantized_linear<Manager>;
 
   block_module(Manager& mgr, const std::string& prefix, std::int64_t d, std::int64_t n_heads)
       : heads(n_heads),
@@ -354,7 +355,10 @@ run_result train(const gpt::options& o, const extra_options& x, const gpt::corpu
         mean += mb_loss[std::size_t(k * o.micro_batches + mb)] / float(o.micro_batches * dp.ranks);
     r.train_loss.push_back(mean);
     if (dp.after_step) dp.after_step(t, gpt::state_checksum(mgr), weights_checksum(net.parameters()));
-    if constexpr (manager::is_stateful) {
+    // the recipes that keep a scale per slot (NVFP4's state is its random streams: scales per cast)
+    if constexpr (requires(const typename Recipe::template state_for<tequant::host_backend>& st) {
+                    Recipe::scale(st, std::uint32_t{});
+                  }) {
       if (fp8) {
         for (const auto& blk : net.blocks)
           for (const auto* l : {blk->qkv.get(), blk->proj.get(), blk->fc1.get(), blk->fc2.get()}) {
@@ -412,8 +416,7 @@ run_result train_any(const gpt::options& o, const extra_options& x, const gpt::c
     case gpt::recipe::current: return train<tequant::current_scaling, engine, Comm>(o, x, data, fp8, dp);
     case gpt::recipe::mxfp8: return train<tequant::mxfp8_scaling, engine, Comm>(o, x, data, fp8, dp);
     case gpt::recipe::block: return train<tequant::block_scaling, engine, Comm>(o, x, data, fp8, dp);
-    case gpt::recipe::nvfp4:
-      throw gpt::bad_option("--recipe nvfp4 does not apply: the libtorch fp8_linear does not cast NVFP4 yet");
+    case gpt::recipe::nvfp4: return train<tequant::nvfp4_scaling, engine, Comm>(o, x, data, fp8, dp);
   }
   return {};
 }
@@ -743,7 +746,7 @@ std::vector<char*> take_extra(int argc, char** argv, extra_options& x) {
       else throw gpt::bad_option("unknown value '" + v + "' for --store (expected file or tcp)");
     }
     else if (a == "--no-cast-cache")
-      throw gpt::bad_option("--no-cast-cache does not apply: the libtorch fp8_linear casts each weight at every use");
+      throw gpt::bad_option("--no-cast-cache does not apply: the libtorch quantized_linear casts each weight at every use");
     else rest.push_back(argv[i]);
   }
   if (x.ranks > 0 && !x.rendezvous.empty())

@@ -18,7 +18,7 @@
 #include "tequant/recipe/delayed.hpp"
 
 using manager = tequant::quantization_manager<tequant::delayed_scaling<>, tequant::engine_callback<tequant::libtorch_hooks>>;
-using layer = tequant::fp8_linear<manager>;
+using layer = tequant::quantized_linear<manager>;
 using tensors = torch::autograd::variable_list;
 
 struct model : torch::nn::Module {

@@ -25,6 +25,7 @@
 #include "tequant/recipe/current.hpp"
 #include "tequant/recipe/delayed.hpp"
 #include "tequant/recipe/mxfp8.hpp"
+#include "tequant/recipe/nvfp4.hpp"
 #include "tequant/format/bits.hpp"
 
 namespace {
@@ -47,13 +48,14 @@ M make_mgr() {
 }
 
 template <class M>
-using layer_ptr = std::shared_ptr<fp8_linear<M>>;
+using layer_ptr = std::shared_ptr<quantized_linear<M>>;
 
 template <class M>
 std::vector<layer_ptr<M>> make_layers(M& mgr, int n, const std::string& prefix = "L", std::uint64_t seed = 7) {
   torch::manual_seed(seed);
   std::vector<layer_ptr<M>> v;
-  for (int i = 0; i < n; ++i) v.push_back(std::make_shared<fp8_linear<M>>(mgr, prefix + std::to_string(i), hidden, hidden));
+  for (int i = 0; i < n; ++i)
+    v.push_back(std::make_shared<quantized_linear<M>>(mgr, prefix + std::to_string(i), hidden, hidden));
   return v;
 }
 
@@ -590,16 +592,17 @@ TEST_CASE("the replay really needs the forward's RNG state: a disturbed stream c
   CHECK_FALSE(torch::equal(run(false), run(true)));
 }
 
-// ---- every recipe through the FP8 linear layer -------------------------------------------------------
+// ---- every recipe through the quantized linear layer -------------------------------------------------------
 
-TEST_CASE_TEMPLATE("every recipe trains through fp8_linear and checkpoints", R, current_scaling, mxfp8_scaling,
+TEST_CASE_TEMPLATE("every recipe trains through quantized_linear and checkpoints", R, current_scaling, mxfp8_scaling,
                    block_scaling) {
   using M = quantization_manager<R, hooks_boundary>;
   M mgr{};
   auto ls = [&] {
     torch::manual_seed(3);
     std::vector<layer_ptr<M>> v;
-    for (int i = 0; i < 2; ++i) v.push_back(std::make_shared<fp8_linear<M>>(mgr, "L" + std::to_string(i), 128, 128));
+    for (int i = 0; i < 2; ++i)
+      v.push_back(std::make_shared<quantized_linear<M>>(mgr, "L" + std::to_string(i), 128, 128));
     return v;
   }();
   torch::manual_seed(4);
@@ -650,6 +653,131 @@ TEST_CASE("fake_quantize: per-tensor delayed cast uses the plan's scale and reco
   CHECK_THROWS_AS((void)fake_quantize(off, x, block_axis::rowwise), tequant::error);
 }
 
+// ---- NVFP4 through the quantized linear layer -------------------------------------------------------
+
+namespace {
+
+/// One direction of a host cast of x2d with `plan`, decoded to float: the reference the layer must
+/// match, made with the backend's entry points directly (not through libtorch.hpp's helpers).
+struct reference_cast {
+  torch::Tensor rowwise, columnwise;
+};
+
+reference_cast host_cast(const cast_plan& plan, const torch::Tensor& x2d) {
+  const host_backend be{};
+  const auto M = static_cast<std::size_t>(x2d.size(0)), K = static_cast<std::size_t>(x2d.size(1));
+  quantized_tensor<host_backend> q;
+  q.prepare(be, plan, M, K, true, true);
+  be.quantize(matrix_view<const float>{x2d.data_ptr<float>(), M, K}, plan, q.output());
+  reference_cast r{torch::empty_like(x2d), torch::empty_like(x2d)};
+  be.dequantize(plan, M, K, q.output(), false, {r.rowwise.data_ptr<float>(), M * K});
+  be.dequantize(plan, M, K, q.output(), true, {r.columnwise.data_ptr<float>(), M * K});
+  return r;
+}
+
+cast_plan nvfp4_plan(bool tile_2d, std::uint64_t* rng_offset = nullptr) {
+  cast_plan p{nullptr, nullptr, fp8_dtype::e4m3, scaling_mode::nvfp4};
+  p.tile_2d = tile_2d;
+  p.rng_offset = rng_offset;
+  p.rng_seed = rng_offset != nullptr ? nvfp4_params{}.seed : 0;
+  return p;
+}
+
+/// NVFP4 whose forward inputs round stochastically too (built through the recipe concept alone): the
+/// casts a checkpoint replay must reproduce bit for bit (TE's NVFP4 rounds only gradients, which are
+/// never replayed).
+struct nvfp4_sr_inputs : nvfp4_scaling {
+  static constexpr std::string_view name = "nvfp4_sr_inputs";
+  static cast_plan plan(const nvfp4_params& p, nvfp4_rng_state& s, slot_id slot) noexcept {
+    cast_plan c = nvfp4_scaling::plan(p, s, slot);
+    if (slot.dir == direction::forward && role_of(slot) == tensor_role::input) {
+      c.rng_offset = &s.offsets[slot.index];
+      c.rng_seed = s.seed;
+    }
+    return c;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("NVFP4 through quantized_linear: forward and backward match host reference casts, 1/1 updates") {
+  using M = quantization_manager<nvfp4_scaling, hooks_boundary>;
+  M mgr{};
+  torch::manual_seed(21);
+  quantized_linear<M> layer(mgr, "L", 64, 32);
+  const slot_id g_slot = mgr.slot(layer.handle(), backward_role::grad_output);
+  // the slot's stream starts where the recipe puts it; the reference continues it step after step
+  std::uint64_t ref_offset = g_slot.index * nvfp4_scaling::slot_stream_stride;
+  for (int step = 0; step < 2; ++step) {
+    CAPTURE(step);
+    const counts before = snapshot_counts(mgr);
+    torch::manual_seed(30 + static_cast<std::uint64_t>(step));
+    const torch::Tensor x = torch::randn({48, 64}).requires_grad_(true);
+    const torch::Tensor upstream = torch::randn({48, 32});  // dy: the loss is sum(y * upstream)
+    layer.weight.mutable_grad() = torch::Tensor();
+    torch::Tensor y;
+    {
+      libtorch_autocast<M> region(mgr);
+      y = layer.forward(x);
+    }
+    (y * upstream).sum().backward();
+    check_step(mgr, before);
+
+    torch::NoGradGuard no_grad;
+    const reference_cast xr = host_cast(nvfp4_plan(false), x.detach().contiguous());
+    const reference_cast wr = host_cast(nvfp4_plan(true), layer.weight.detach().contiguous());  // 16x16 tiles
+    CHECK(torch::equal(y, torch::addmm(layer.bias, xr.rowwise, wr.rowwise.t())));
+    CHECK_FALSE(torch::equal(xr.rowwise, x));  // the cast is lossy: the check above could fail
+
+    const std::uint64_t drawn_from = ref_offset;
+    const reference_cast gr = host_cast(nvfp4_plan(false, &ref_offset), upstream);  // stochastic rounding
+    CHECK(ref_offset > drawn_from);
+    CHECK(torch::equal(x.grad(), gr.rowwise.matmul(wr.columnwise)));
+    CHECK(torch::equal(layer.weight.grad(), gr.columnwise.t().matmul(xr.columnwise)));
+    CHECK(torch::equal(layer.bias.grad(), upstream.sum(0)));
+    // round to nearest gives other gradients: the layer did round stochastically
+    CHECK_FALSE(torch::equal(host_cast(nvfp4_plan(false), upstream).rowwise, gr.rowwise));
+    layer.bias.mutable_grad() = torch::Tensor();
+  }
+  // the manager's stream sits where the reference's does after the two steps
+  auto scope = mgr.backward_scope();
+  const cast_plan live = mgr.plan_cast(g_slot);
+  REQUIRE(live.rng_offset != nullptr);
+  CHECK(*live.rng_offset == ref_offset);
+}
+
+TEST_CASE("NVFP4 through quantized_linear: checkpoint replays reproduce the forward's random bits") {
+  using M = quantization_manager<nvfp4_sr_inputs, hooks_boundary>;
+  // One step of two layers on a fresh manager (the same stream positions every time): plain, or
+  // checkpointed either way. A replay that drew new bits would change the forward it differentiates.
+  auto run = [](int mode) {
+    M mgr{};
+    torch::manual_seed(3);
+    std::vector<std::shared_ptr<quantized_linear<M>>> ls;
+    for (int i = 0; i < 2; ++i)
+      ls.push_back(std::make_shared<quantized_linear<M>>(mgr, "L" + std::to_string(i), 64, 64));
+    torch::manual_seed(4);
+    auto x = torch::randn({32, 64}).requires_grad_(true);
+    const counts before = snapshot_counts(mgr);
+    torch::Tensor y;
+    {
+      libtorch_autocast<M> region(mgr);
+      auto body = [&](const vl& v) { return seq_all(ls, v); };
+      const checkpoint_mode cm = mode == 1 ? checkpoint_mode::reentrant : checkpoint_mode::same_task;
+      y = mode == 0 ? body({x})[0] : checkpoint(mgr, body, {x}, cm)[0];
+    }
+    y.pow(2).sum().backward();
+    check_step(mgr, before);
+    return std::vector<torch::Tensor>{y.detach(), x.grad(), ls[0]->weight.grad(), ls[1]->weight.grad()};
+  };
+  const auto plain = run(0);
+  for (const int mode : {1, 2}) {
+    CAPTURE(mode);
+    const auto ck = run(mode);
+    for (std::size_t i = 0; i < plain.size(); ++i) CHECK(torch::equal(plain[i], ck[i]));
+  }
+}
+
 // ---- issue 16: graph shapes beyond checkpoints -------------------------------------------------------
 
 namespace {
@@ -658,7 +786,8 @@ namespace {
 /// penalty's shape): a nested GraphTask that is not a checkpoint replay.
 template <class M>
 struct nested_backward_op : torch::autograd::Function<nested_backward_op<M>> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, fp8_linear<M>* inner) {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               quantized_linear<M>* inner) {
     torch::Tensor sub;
     {
       torch::AutoGradMode on(true);
@@ -669,7 +798,7 @@ struct nested_backward_op : torch::autograd::Function<nested_backward_op<M>> {
   }
   static vl backward(torch::autograd::AutogradContext* ctx, vl g) {
     const torch::Tensor sub = ctx->saved_data["sub"].toTensor();
-    torch::autograd::backward({sub});  // nested task: its fp8_linear requests the update first
+    torch::autograd::backward({sub});  // nested task: its quantized_linear requests the update first
     return {g[0], torch::Tensor()};
   }
 };
@@ -771,7 +900,7 @@ TEST_CASE("engine_callback on libtorch: a backward that raised, retried, flushes
   check_step(mgr, before, 1, 1);
 }
 
-TEST_CASE("fp8_linear outside an enabled autocast region runs in FP32 and stages nothing") {
+TEST_CASE("quantized_linear outside an enabled autocast region runs in FP32 and stages nothing") {
   cb_mgr mgr = make_mgr<cb_mgr>();
   auto ls = make_layers(mgr, 2);
   auto x = input();
@@ -794,6 +923,18 @@ TEST_CASE("fp8_linear outside an enabled autocast region runs in FP32 and stages
   CHECK(mgr.staging_amax(mgr.slot(ls[0]->handle(), backward_role::grad_output)) == 0.0f);
 }
 
+TEST_CASE("fp8_linear, the layer's old name, still builds and trains the same layer") {
+  static_assert(std::is_same_v<fp8_linear<cb_mgr>, quantized_linear<cb_mgr>>);
+  static_assert(std::is_same_v<fp8_linear_function<cb_mgr>, quantized_linear_function<cb_mgr>>);
+  cb_mgr mgr = make_mgr<cb_mgr>();
+  torch::manual_seed(7);
+  auto old_name = std::make_shared<fp8_linear<cb_mgr>>(mgr, "old", hidden, hidden);
+  auto x = input();
+  run_steps(mgr, 2, [&] { return old_name->forward(x); });
+  CHECK(old_name->weight.grad().defined());
+  CHECK(mgr.scale(mgr.slot(old_name->handle(), forward_role::input)) != 1.0f);  // the updates took effect
+}
+
 
 // ---- issue 16 on libtorch: a failed backward, a replay outside autocast, a user's recipe ------------
 
@@ -806,7 +947,7 @@ struct fault_run {
 };
 
 // 6 SGD steps of the 3-layer MLP (no dropout: plain blocks) with failing_op below the layers; the
-// backward of step `failing` raises after every fp8_linear has run its backward.
+// backward of step `failing` raises after every quantized_linear has run its backward.
 template <class Boundary>
 fault_run train_with_fault(int failing) {
   auto mgr = make_mgr<delayed_mgr<Boundary>>();
@@ -903,7 +1044,7 @@ TEST_CASE("a replay outside any enabled autocast region casts as its forward did
   }
 }
 
-TEST_CASE("a recipe written outside the library trains through fp8_linear and its checkpoint") {
+TEST_CASE("a recipe written outside the library trains through quantized_linear and its checkpoint") {
   using ema_mgr = quantization_manager<custom::ema_current_scaling, hooks_boundary>;
   ema_mgr mgr(custom::ema_params{});
   mlp<ema_mgr> net(mgr);

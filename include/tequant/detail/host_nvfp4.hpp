@@ -14,12 +14,57 @@
 #include "tequant/backend/layouts.hpp"
 #include "tequant/detail/host_simd.hpp"
 #include "tequant/detail/nvfp4_blocks.hpp"
+#include "tequant/detail/philox.hpp"
+#include "tequant/detail/philox_x8.hpp"
 #include "tequant/format/bits.hpp"
 #include "tequant/format/e2m1.hpp"
 #include "tequant/format/fp8.hpp"
 #include "tequant/format/nvfp4.hpp"
 
 namespace tequant::detail {
+
+/// nvfp4_random on the host: the random word of element `e` of a stochastic-rounding stream (seed, first
+/// group), drawn eight groups at a time (AVX2 lanes where the CPU has them; the same words as
+/// philox_group) and cached, so a sequential walk runs the generator once per 32 elements.
+class nvfp4_host_random {
+ public:
+  nvfp4_host_random(std::uint64_t seed, std::uint64_t first_group) noexcept : seed_(seed), first_(first_group) {}
+  std::uint32_t operator()(std::uint64_t e) noexcept {
+    const std::uint64_t g = e / 4;
+    if (!drawn_ || g - group_ >= 8) {  // (g < group_ wraps around to a large difference)
+      words_ = philox_groups8(seed_, first_, g);
+      group_ = g;
+      drawn_ = true;
+    }
+    return words_.w[e % 4][g - group_];
+  }
+
+ private:
+  std::uint64_t seed_, first_;
+  std::uint64_t group_ = 0;
+  bool drawn_ = false;
+  philox_lanes8 words_{};
+};
+
+/// out[i] = the random word of element e0 + i of a stream (seed, first group), for i < n, in element order.
+inline void nvfp4_random_words(std::uint64_t seed, std::uint64_t first, std::uint64_t e0, std::size_t n,
+                               std::uint32_t* out) noexcept {
+  std::uint64_t g = e0 / 4;
+  std::size_t t = static_cast<std::size_t>(e0 % 4), done = 0;
+  for (; done < n; g += 8, t = 0) {
+    const philox_lanes8 w = philox_groups8(seed, first, g);
+    for (; t < 32 && done < n; ++t) out[done++] = w.w[t % 4][t / 4];
+  }
+}
+
+/// The stochastic rowwise codes of elements [0, len) of one block (the portable loop; a partial block).
+template <class T>
+inline void nvfp4_block_sr_scalar(const T* x, std::size_t len, float mult, const std::uint32_t* words,
+                                  std::uint8_t* data) noexcept {
+  for (std::size_t i = 0; i < len; i += 2)
+    data[i / 2] = static_cast<std::uint8_t>(encode_e2m1_stochastic(widen(x[i]) * mult, words[i]) |
+                                            (encode_e2m1_stochastic(widen(x[i + 1]) * mult, words[i + 1]) << 4));
+}
 
 /// Writes code c (low nibble) for element e of a packed code array.
 inline void put_nibble(std::uint8_t* data, std::size_t e, std::uint8_t c) noexcept {
@@ -51,6 +96,18 @@ inline void nvfp4_row_rn_scalar(const T* x, std::size_t K, float s_enc, float s_
       const std::uint8_t hi = encode_e2m1(widen(x[c0 + i + 1]) * mult);
       data[(c0 + i) / 2] = static_cast<std::uint8_t>(lo | (hi << 4));
     }
+  }
+}
+
+/// Rowwise blocks of one row, rounded stochastically with words[k] for element k (the portable loop).
+template <class T>
+inline void nvfp4_row_sr_scalar(const T* x, std::size_t K, float s_enc, float s_dec, const std::uint32_t* words,
+                                std::uint8_t* data, std::uint8_t* scale) noexcept {
+  for (std::size_t c0 = 0, b = 0; c0 < K; c0 += nvfp4_block, ++b) {
+    const std::size_t len = std::min<std::size_t>(nvfp4_block, K - c0);
+    const std::uint8_t code = nvfp4_block_scale(nvfp4_block_amax(x + c0, len, 1), s_enc);
+    scale[b] = code;
+    nvfp4_block_sr_scalar(x + c0, len, nvfp4_block_multiplier(code, s_dec), words + c0, data + c0 / 2);
   }
 }
 
@@ -110,13 +167,68 @@ TEQUANT_TARGET_AVX2_INLINE inline void nvfp4_encode16(const T* p, __m256 m, std:
   std::memcpy(out, &packed, sizeof packed);
 }
 
-/// The rowwise round-to-nearest path of one row. Eight blocks at a time: their amaxes (one transpose
-/// max), E4M3 scales (the FP8 encoder of host_simd.hpp), decoded scales (a table) and multipliers (one
-/// IEEE division) in one vector each, the same operations as the scalar rule; then each block's
-/// codes. Leftover full blocks one at a time, a partial last block by the portable loop.
-template <class T>
-TEQUANT_TARGET_AVX2 inline void nvfp4_row_rn(const T* x, std::size_t K, float s_enc, float s_dec, std::uint8_t* data,
-                                             std::uint8_t* scale) noexcept {
+/// encode_e2m1_stochastic of eight floats with their random words, the scalar encoder's operations:
+/// lo by comparisons against the magnitudes, frac by one subtraction and one division, the draw by an
+/// exact conversion of the top 24 bits; saturation to +-6 and NaN -> +6 last.
+TEQUANT_TARGET_AVX2_INLINE inline __m256i encode_e2m1_sr8(__m256 y, __m256i random) noexcept {
+  const __m256i u = _mm256_castps_si256(y);
+  const __m256i a_bits = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
+  const __m256 a = _mm256_castsi256_ps(a_bits);
+  const __m256 magnitude = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
+  __m256i neg_lo = _mm256_setzero_si256();  // each magnitude at or below a adds a -1 lane
+  for (const float t : {0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f})
+    neg_lo = _mm256_add_epi32(neg_lo, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(t), _CMP_GE_OQ)));
+  const __m256i lo = _mm256_sub_epi32(_mm256_setzero_si256(), neg_lo);
+  const __m256 below = _mm256_permutevar8x32_ps(magnitude, lo);
+  const __m256 above = _mm256_permutevar8x32_ps(magnitude, _mm256_add_epi32(lo, _mm256_set1_epi32(1)));
+  const __m256 frac = _mm256_div_ps(_mm256_sub_ps(a, below), _mm256_sub_ps(above, below));
+  const __m256 draw = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(random, 8)), _mm256_set1_ps(0x1p-24f));
+  const __m256i up = _mm256_castps_si256(_mm256_cmp_ps(draw, frac, _CMP_LT_OQ));  // -1 where rounding up
+  const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(u, 28), _mm256_set1_epi32(0x8));
+  __m256i code = _mm256_or_si256(_mm256_sub_epi32(lo, up), sign);
+  const __m256i saturated = _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(e2m1_max), _CMP_GE_OQ));
+  code = _mm256_blendv_epi8(code, _mm256_or_si256(sign, _mm256_set1_epi32(0x7)), saturated);
+  const __m256i is_nan = _mm256_cmpgt_epi32(a_bits, _mm256_set1_epi32(0x7F800000));
+  return _mm256_blendv_epi8(code, _mm256_set1_epi32(0x7), is_nan);
+}
+
+/// How nvfp4_row encodes a block: to nearest, or stochastically with the row's random words (element
+/// order, words[k] for element k of the row).
+struct nvfp4_encode_rn {
+  template <class T>
+  TEQUANT_TARGET_AVX2_INLINE void operator()(const T* p, __m256 m, std::size_t, std::uint8_t* out) const noexcept {
+    nvfp4_encode16(p, m, out);
+  }
+  template <class T>
+  void tail(const T* p, std::size_t len, float mult, std::size_t, std::uint8_t* out) const noexcept {
+    for (std::size_t i = 0; i < len; i += 2)
+      out[i / 2] =
+          static_cast<std::uint8_t>(encode_e2m1(widen(p[i]) * mult) | (encode_e2m1(widen(p[i + 1]) * mult) << 4));
+  }
+};
+struct nvfp4_encode_sr {
+  const std::uint32_t* words;
+  template <class T>
+  TEQUANT_TARGET_AVX2_INLINE void operator()(const T* p, __m256 m, std::size_t k, std::uint8_t* out) const noexcept {
+    const __m256i r0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(words + k));
+    const __m256i r1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(words + k + 8));
+    const std::uint64_t packed = pack16(encode_e2m1_sr8(_mm256_mul_ps(load8(p), m), r0),
+                                        encode_e2m1_sr8(_mm256_mul_ps(load8(p + 8), m), r1));
+    std::memcpy(out, &packed, sizeof packed);
+  }
+  template <class T>
+  void tail(const T* p, std::size_t len, float mult, std::size_t k, std::uint8_t* out) const noexcept {
+    nvfp4_block_sr_scalar(p, len, mult, words + k, out);
+  }
+};
+
+/// The rowwise path of one row (1x16 blocks), codes by `encode`. Eight blocks at a time: their amaxes
+/// (one transpose max), E4M3 scales (the FP8 encoder of host_simd.hpp), decoded scales (a table) and
+/// multipliers (one IEEE division) in one vector each, the same operations as the scalar rule; then
+/// each block's codes. Leftover full blocks one at a time, a partial last block by the portable loops.
+template <class T, class Encode>
+TEQUANT_TARGET_AVX2 inline void nvfp4_row(const T* x, std::size_t K, float s_enc, float s_dec, std::uint8_t* data,
+                                          std::uint8_t* scale, Encode encode) noexcept {
   constexpr std::size_t B = nvfp4_block;
   const std::size_t full = K / B;
   std::size_t b = 0;
@@ -137,8 +249,9 @@ TEQUANT_TARGET_AVX2 inline void nvfp4_row_rn(const T* x, std::size_t K, float s_
     _mm256_store_si256(reinterpret_cast<__m256i*>(c), codes);
     _mm256_store_ps(m, mult);
     for (int j = 0; j < 8; ++j) {
-      scale[b + static_cast<std::size_t>(j)] = static_cast<std::uint8_t>(c[j]);
-      nvfp4_encode16(p + j * B, _mm256_set1_ps(m[j]), data + (b + static_cast<std::size_t>(j)) * (B / 2));
+      const std::size_t bj = b + static_cast<std::size_t>(j);
+      scale[bj] = static_cast<std::uint8_t>(c[j]);
+      encode(p + j * B, _mm256_set1_ps(m[j]), bj * B, data + bj * (B / 2));
     }
   }
   for (; b < full; ++b) {
@@ -146,9 +259,14 @@ TEQUANT_TARGET_AVX2 inline void nvfp4_row_rn(const T* x, std::size_t K, float s_
     const __m256 v0 = load8(p), v1 = load8(p + 8);
     const std::uint8_t code = nvfp4_block_scale(block16_amax<T>(v0, v1), s_enc);
     scale[b] = code;
-    nvfp4_encode16(p, _mm256_set1_ps(nvfp4_block_multiplier(code, s_dec)), data + b * (B / 2));
+    encode(p, _mm256_set1_ps(nvfp4_block_multiplier(code, s_dec)), b * B, data + b * (B / 2));
   }
-  if (full * B < K) nvfp4_row_rn_scalar(x + full * B, K - full * B, s_enc, s_dec, data + full * (B / 2), scale + full);
+  if (full * B < K) {  // a partial last block: the scalar rule
+    const std::size_t c0 = full * B, len = K - c0;
+    const std::uint8_t code = nvfp4_block_scale(nvfp4_block_amax(x + c0, len, 1), s_enc);
+    scale[full] = code;
+    encode.tail(x + c0, len, nvfp4_block_multiplier(code, s_dec), c0, data + c0 / 2);
+  }
 }
 
 }  // namespace avx2
@@ -159,9 +277,19 @@ template <class T>
 inline void nvfp4_row_rn_host(const T* x, std::size_t K, float s_enc, float s_dec, std::uint8_t* data,
                               std::uint8_t* scale) noexcept {
 #if TEQUANT_HAS_X86_TARGET_ATTRIBUTES
-  if (host_has_avx2()) return avx2::nvfp4_row_rn(x, K, s_enc, s_dec, data, scale);
+  if (host_has_avx2()) return avx2::nvfp4_row(x, K, s_enc, s_dec, data, scale, avx2::nvfp4_encode_rn{});
 #endif
   nvfp4_row_rn_scalar(x, K, s_enc, s_dec, data, scale);
+}
+
+/// One row's rowwise blocks, rounded stochastically with words[k] for element k (dispatched).
+template <class T>
+inline void nvfp4_row_sr_host(const T* x, std::size_t K, float s_enc, float s_dec, const std::uint32_t* words,
+                              std::uint8_t* data, std::uint8_t* scale) noexcept {
+#if TEQUANT_HAS_X86_TARGET_ATTRIBUTES
+  if (host_has_avx2()) return avx2::nvfp4_row(x, K, s_enc, s_dec, data, scale, avx2::nvfp4_encode_sr{words});
+#endif
+  nvfp4_row_sr_scalar(x, K, s_enc, s_dec, words, data, scale);
 }
 
 /// Quantizes x [M, K] (M, K even; checked by the caller) into the requested directions of `o`.
@@ -201,8 +329,15 @@ void quantize_nvfp4_host(matrix_view<const T> x, const nvfp4_options& opt, const
     for (std::size_t m = 0; m < M; ++m)
       nvfp4_row_rn_host(x.data + m * K, K, s_enc, s_dec, o.rowwise_data.data() + m * K / 2,
                         o.rowwise_scale.data() + m * rs.cols);
+  } else if (row && sr && !opt.tile_2d) {
+    std::vector<std::uint32_t> words(K);  // the row's random words, drawn eight Philox blocks at a time
+    for (std::size_t m = 0; m < M; ++m) {
+      nvfp4_random_words(opt.rng_seed, first, static_cast<std::uint64_t>(m) * K, K, words.data());
+      nvfp4_row_sr_host(x.data + m * K, K, s_enc, s_dec, words.data(), o.rowwise_data.data() + m * K / 2,
+                        o.rowwise_scale.data() + m * rs.cols);
+    }
   } else if (row) {
-    nvfp4_random rnd(opt.rng_seed, first);
+    nvfp4_host_random rnd(opt.rng_seed, first);
     for (std::size_t m = 0; m < M; ++m) {
       const T* xr = x.data + m * K;
       for (std::size_t kb = 0; kb < KB; ++kb) {
@@ -247,7 +382,7 @@ void quantize_nvfp4_host(matrix_view<const T> x, const nvfp4_options& opt, const
   }
   // Stochastic: element index e = k*M + m of a stream after the rowwise one, in that order.
   if (col && sr) {
-    nvfp4_random rnd(opt.rng_seed, first + nvfp4_groups(n));
+    nvfp4_host_random rnd(opt.rng_seed, first + nvfp4_groups(n));
     for (std::size_t k = 0; k < K; ++k) {
       for (std::size_t mb = 0; mb < MB; ++mb) {
         const std::size_t r0 = mb * nvfp4_block, len = std::min<std::size_t>(nvfp4_block, M - r0);

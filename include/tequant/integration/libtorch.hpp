@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// libtorch (PyTorch C++ API) integration: graph hooks for its autograd engine, an FP8 linear layer
-// (fake quantization on CPU float tensors) and activation checkpoints that drive tequant's frames.
+// libtorch (PyTorch C++ API) integration: graph hooks for its autograd engine, a quantized linear layer
+// (fake quantization on CPU float tensors with any recipe's cast plan: FP8 or NVFP4) and activation
+// checkpoints that drive tequant's frames.
 #pragma once
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/ivalue.h>
@@ -213,20 +214,24 @@ c10::intrusive_ptr<T> from_capsule(const c10::IValue& v) {
 
 }  // namespace detail
 
-// ---- the FP8 linear layer ---------------------------------------------------------------------------
+// ---- the quantized linear layer ---------------------------------------------------------------------
 
 template <class Manager>
-struct fp8_linear_function;
+struct quantized_linear_function;
 
-/// y = x W^T + b with x, W (forward) and dy (backward) fake-quantized through the manager's recipe.
-/// One registered module with one GEMM; slots input/weight (forward) and grad_output (backward).
+/// y = x W^T + b with x, W (forward) and dy (backward) fake-quantized through the manager's recipe:
+/// each cast is the plan plan_cast() gives (FP8 per-tensor, MXFP8, block or NVFP4, stochastic rounding
+/// included), decoded back to float before torch's GEMM. One registered module with one GEMM; slots
+/// input/weight (forward) and grad_output (backward). NVFP4 needs an even in_features, out_features and
+/// token count (its 1x16 blocks pack two codes a byte).
 template <class Manager>
-class fp8_linear : public torch::nn::Module {
+class quantized_linear : public torch::nn::Module {
  public:
-  fp8_linear(Manager& mgr, std::string name, std::int64_t in_features, std::int64_t out_features, bool bias = true)
+  quantized_linear(Manager& mgr, std::string name, std::int64_t in_features, std::int64_t out_features,
+                   bool bias = true)
       : mgr_(&mgr), handle_(mgr.register_module(name, 1)) {
-    detail::require(in_features > 0 && out_features > 0, "fp8_linear '", name, "': features must be positive, got ",
-                    in_features, "x", out_features);
+    detail::require(in_features > 0 && out_features > 0, "quantized_linear '", name,
+                    "': features must be positive, got ", in_features, "x", out_features);
     weight = register_parameter("weight", torch::empty({out_features, in_features}));
     if (bias) this->bias = register_parameter("bias", torch::empty({out_features}));
     const double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
@@ -236,11 +241,11 @@ class fp8_linear : public torch::nn::Module {
   }
 
   torch::Tensor forward(const torch::Tensor& x) {
-    detail::require(x.dim() >= 1 && x.size(-1) == weight.size(1), "fp8_linear: input's last dim ",
+    detail::require(x.dim() >= 1 && x.size(-1) == weight.size(1), "quantized_linear: input's last dim ",
                     x.dim() >= 1 ? x.size(-1) : 0, " does not match in_features ", weight.size(1));
     const bool needs_backward = torch::GradMode::is_enabled() &&
                                 (x.requires_grad() || weight.requires_grad() || (bias.defined() && bias.requires_grad()));
-    return fp8_linear_function<Manager>::apply(x, weight, bias, mgr_, handle_.index, needs_backward);
+    return quantized_linear_function<Manager>::apply(x, weight, bias, mgr_, handle_.index, needs_backward);
   }
 
   module_handle handle() const noexcept { return handle_; }
@@ -254,7 +259,7 @@ class fp8_linear : public torch::nn::Module {
 };
 
 template <class Manager>
-struct fp8_linear_function : torch::autograd::Function<fp8_linear_function<Manager>> {
+struct quantized_linear_function : torch::autograd::Function<quantized_linear_function<Manager>> {
 
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w,
                                const torch::Tensor& b, Manager* mgr, std::uint32_t module, bool needs_backward) {
@@ -307,6 +312,13 @@ struct fp8_linear_function : torch::autograd::Function<fp8_linear_function<Manag
     return {dx, dw, db, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
+
+/// The layer's name before NVFP4 went through it (it always took any recipe); kept so code written
+/// against it compiles unchanged. New code says quantized_linear.
+template <class Manager>
+using fp8_linear = quantized_linear<Manager>;
+template <class Manager>
+using fp8_linear_function = quantized_linear_function<Manager>;
 
 // ---- activation checkpoints -------------------------------------------------------------------------
 
