@@ -678,6 +678,9 @@ reference_cast host_cast(const cast_plan& plan, const torch::Tensor& x2d) {
 cast_plan nvfp4_plan(bool tile_2d, std::uint64_t* rng_offset = nullptr) {
   cast_plan p{nullptr, nullptr, fp8_dtype::e4m3, scaling_mode::nvfp4};
   p.tile_2d = tile_2d;
+  // As the recipe plans with default params: the Hadamard transform on every columnwise copy but the
+  // (2D-tiled) weights'.
+  p.columnwise_rht = !tile_2d && nvfp4_params{}.random_hadamard_transform;
   p.rng_offset = rng_offset;
   p.rng_seed = rng_offset != nullptr ? nvfp4_params{}.seed : 0;
   return p;
