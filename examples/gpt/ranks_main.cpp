@@ -174,26 +174,8 @@ int run(int argc, char** argv) {
 
   double diff8 = NAN, diff32 = NAN;
   if (rank == 0) {
+    print_ranks_summary(fp8, c8, o.fp8_only ? nullptr : &c32, o.steps, name(o.rec), wrong_all, sum_seconds);
     const int state_ok = c8.identical(c8.state_same), weights_ok = c8.identical(c8.weights_same);
-    std::printf("\n%-44s %s\n", "train loss (last step), validation (final)",
-                (std::to_string(fp8.train_loss.back()) + ", " + std::to_string(fp8.val_loss.back())).c_str());
-    if (fp8.stateful)
-      std::printf("%-44s %d of %d steps (checksums of every bucket's scales and amax history)\n",
-                  "FP8 state bit-identical on all ranks", state_ok, o.steps);
-    else
-      std::printf("%-44s none: %s is stateless (each cast scales from its own tensor)\n", "FP8 state", name(o.rec));
-    std::printf("%-44s %d of %d steps\n", "weights bit-identical on all ranks", weights_ok, o.steps);
-    if (!o.fp8_only)
-      std::printf("%-44s %d of %d steps\n", "FP32 run: weights bit-identical", c32.identical(c32.weights_same), o.steps);
-    if (fp8.stateful)
-      std::printf("%-44s %s\n", "updates per step (forward/backward)",
-                  wrong_all == 0 ? "1/1 on every rank at every step"
-                                 : (std::to_string(wrong_all) + " rank-steps without exactly 1/1").c_str());
-    std::printf("%-44s %.1fs, %.0f tokens/s (global batch, all ranks); %.2fs of it in the gradient sum "
-                "(waiting for the slowest rank included)\n",
-                "training time (FP8)", fp8.seconds, fp8.tokens_per_second, sum_seconds);
-    if (!fp8.sample.empty()) std::printf("\nsampled from the FP8 model (rank 0):\n----\n%s\n----\n", fp8.sample.c_str());
-    std::fflush(stdout);
 
     if (ro.compare) {
       // The same global batches in one process: over MPI_COMM_SELF, so every all-reduce is a no-op.

@@ -68,6 +68,32 @@ void write_ranks_csv(const std::string& path, const Result& fp8, const rank_chec
   if (!f) throw std::runtime_error("cannot write " + path);
 }
 
+/// Rank 0's summary of an FP8 run on several ranks: losses, whether every rank held the same state and
+/// weights at every step, updates per step, time. `wrong_all`: rank-steps without exactly one forward
+/// and one backward update; `sum_seconds`: time in the gradient sum.
+template <class Result>
+void print_ranks_summary(const Result& fp8, const rank_checks& c8, const rank_checks* c32, int steps,
+                         const char* recipe, int wrong_all, double sum_seconds) {
+  std::printf("\n%-44s %.4f, %.4f\n", "train loss (last step), validation (final)", double(fp8.train_loss.back()),
+              double(fp8.val_loss.back()));
+  if (fp8.stateful)
+    std::printf("%-44s %d of %d steps (checksums of every bucket's scales and amax history)\n",
+                "FP8 state bit-identical on all ranks", c8.identical(c8.state_same), steps);
+  else
+    std::printf("%-44s none: %s is stateless (each cast scales from its own tensor)\n", "FP8 state", recipe);
+  std::printf("%-44s %d of %d steps\n", "weights bit-identical on all ranks", c8.identical(c8.weights_same), steps);
+  if (c32) std::printf("%-44s %d of %d steps\n", "FP32 run: weights bit-identical", c32->identical(c32->weights_same), steps);
+  if (fp8.stateful)
+    std::printf("%-44s %s\n", "updates per step (forward/backward)",
+                wrong_all == 0 ? "1/1 on every rank at every step"
+                               : (std::to_string(wrong_all) + " rank-steps without exactly 1/1").c_str());
+  std::printf("%-44s %.1fs, %.0f tokens/s (global batch, all ranks); %.2fs of it in the gradient sum "
+              "(waiting for the slowest rank included)\n",
+              "training time (FP8)", fp8.seconds, fp8.tokens_per_second, sum_seconds);
+  if (!fp8.sample.empty()) std::printf("\nsampled from the FP8 model (rank 0):\n----\n%s\n----\n", fp8.sample.c_str());
+  std::fflush(stdout);
+}
+
 /// Largest |a - b| / |b| over the steps, and the step where it occurs.
 inline std::pair<double, int> max_relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
   double worst = -1.0;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/nvfp4_reference.hpp"
+#include "backend/random_tensor.hpp"
 #include "tequant/backend/host.hpp"
 #include "tequant/cast_plan.hpp"
 #include "tequant/detail/philox.hpp"
@@ -21,32 +22,13 @@
 
 namespace {
 
+using tq_test::random_tensor;
+
 using tequant::cast_plan;
 using tequant::host_backend;
 using tequant::matrix_view;
 using tequant::quantized_tensor;
 using tequant::scaling_mode;
-
-/// Random values over many magnitudes, with outliers, zeros, and optionally NaN and inf.
-std::vector<float> random_tensor(std::size_t n, unsigned seed, bool specials) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::uniform_int_distribution<int> pick(0, 99), expo(-20, 20);
-  std::vector<float> x(n);
-  for (float& v : x) {
-    const int k = pick(g);
-    if (k < 5) v = 0.0f;
-    else if (k < 7) v = -0.0f;
-    else if (k < 9) v = nd(g) * 1e4f;  // outliers
-    else v = std::ldexp(nd(g), expo(g) / 4);
-  }
-  if (specials && n > 8) {
-    x[n / 3] = std::numeric_limits<float>::quiet_NaN();
-    x[n / 2] = -std::numeric_limits<float>::quiet_NaN();
-    x[n - 1] = std::numeric_limits<float>::infinity();
-  }
-  return x;
-}
 
 cast_plan nvfp4_plan(bool tile_2d) {
   cast_plan p{nullptr, nullptr, tequant::fp8_dtype::e4m3, scaling_mode::nvfp4};
