@@ -369,7 +369,7 @@ TEST_CASE("nvfp4 stochastic rounding: the vectorised rowwise path equals the por
     CAPTURE(K);
     const auto x = random_tensor(K, static_cast<unsigned>(K) + 3, true);  // NaN, inf, zeros, outliers
     std::vector<tequant::bf16> xb(K);
-    for (std::size_t i = 0; i < K; ++i) xb[i] = tequant::bf16(x[i]);
+    for (std::size_t i = 0; i < K; ++i) xb[i] = tequant::to_bf16(x[i]);
     std::vector<std::uint32_t> words(K);
     for (auto& w : words) w = g();
     for (const float amax : {3.0f, 1e4f}) {

@@ -44,3 +44,30 @@ TEST_CASE("e2m1: all 16 codes decode like __nv_cvt_fp4_to_halfraw") {
     CHECK(std::signbit(tequant::decode_e2m1(static_cast<std::uint8_t>(c))) == std::signbit(v));
   }
 }
+
+#if TEQUANT_HAS_X86_TARGET_ATTRIBUTES
+#  include <immintrin.h>
+
+#  include "tequant/detail/host_nvfp4.hpp"
+
+namespace {
+// Eight consecutive float bit patterns through the host's AVX2 E2M1 encoder, against the scalar one.
+TEQUANT_TARGET_AVX2 bool avx2_e2m1_like_scalar(std::uint32_t base) {
+  alignas(32) std::uint32_t in[8];
+  alignas(32) std::int32_t out[8];
+  for (std::uint32_t k = 0; k < 8; ++k) in[k] = base + k;
+  _mm256_store_si256(reinterpret_cast<__m256i*>(out),
+                     tequant::detail::avx2::encode_e2m1_8(_mm256_load_ps(reinterpret_cast<const float*>(in))));
+  for (int k = 0; k < 8; ++k)
+    if (out[k] != tequant::encode_e2m1(tequant::detail::bits_float(in[k]))) return false;
+  return true;
+}
+}  // namespace
+
+TEST_CASE("host AVX2 E2M1 encoder: all 2^32 floats encode like the scalar encoder") {
+  if (!tequant::detail::host_has_avx2()) return;  // nothing to compare on this CPU
+  const auto bad = format_test::first_mismatch(1ull << 32, [](std::uint32_t u) { return (u & 7u) != 0 || avx2_e2m1_like_scalar(u); });
+  INFO("first mismatching group of 8 float bits starts at: " << std::hex << bad);
+  CHECK(bad == ~0ull);
+}
+#endif
