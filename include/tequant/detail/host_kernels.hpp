@@ -1,18 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 // The host quantize kernels' entry points, declared without their bodies. host_backend calls only these.
-// Their definitions (detail/host_simd.hpp, detail/host_nvfp4.hpp: AVX2 code, <immintrin.h>) are what a
-// translation unit pays most for in parse and code generation, so a program may compile them once:
+// Their definitions (detail/host_simd.hpp, host_nvfp4.hpp, host_nvfp4_rht.hpp: AVX2 code, <immintrin.h>)
+// are what a translation unit pays most for in parse and code generation, so a program may compile them
+// once:
 // define TEQUANT_SEPARATE_HOST_KERNELS in every translation unit and include
-// <tequant/backend/host_kernels_instantiate.hpp> in exactly one (docs/api.md, "Compile time").
+// <tequant/backend/host_kernels_instantiate.hpp> in exactly one (docs/api.md, "Headers and macros").
 #pragma once
 #include <cstddef>
 #include <cstdint>
 
 #include "tequant/backend/layouts.hpp"
+#include "tequant/error.hpp"
 #include "tequant/format/bits.hpp"
 #include "tequant/format/e2m1.hpp"
 #include "tequant/format/e8m0.hpp"
-#include "tequant/error.hpp"
 #include "tequant/format/fp8.hpp"
 #include "tequant/format/hadamard.hpp"
 #include "tequant/format/nvfp4.hpp"
