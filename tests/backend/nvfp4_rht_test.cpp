@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "backend/nvfp4_compare.hpp"
 #include "backend/nvfp4_reference.hpp"
 #include "backend/random_tensor.hpp"
 #include "tequant/backend/host.hpp"
@@ -35,7 +36,6 @@ cast_plan rht_plan() {
   return p;
 }
 
-std::uint8_t nibble(std::span<const std::uint8_t> d, std::size_t e) { return (d[e / 2] >> ((e & 1) * 4)) & 0xF; }
 
 /// The library's transform of one group (16 values) into y.
 void transform(const float* x, float* y, bool bf16_rounded) {
@@ -66,23 +66,12 @@ void check_against_reference(const std::vector<float>& x_f, std::size_t M, std::
   const tequant::quantized_output o = q.output();
   for (const bool col : {false, true}) {
     const auto ref = nvfp4_reference::cast(widened, M, K, col, false, /*rht=*/true);
-    const auto data = col ? o.columnwise_data : o.rowwise_data;
-    const auto scale = col ? o.columnwise_block_scale : o.rowwise_block_scale;
-    const tequant::scale_shape ss = col ? tequant::nvfp4_columnwise_scale_shape(M, K) : tequant::nvfp4_rowwise_scale_shape(M, K);
     INFO("M=" << M << " K=" << K << " columnwise=" << col << " input bytes=" << sizeof(T));
     CHECK((col ? o.columnwise_scale_inv : o.rowwise_scale_inv)[0] == ref.global_decode);
-    std::size_t bad_codes = 0, bad_scales = 0, bad_padding = 0;
-    const std::size_t lines = col ? K : M;
-    for (std::size_t e = 0; e < M * K; ++e) bad_codes += nibble(data, e) != ref.codes[e];
-    for (std::size_t r = 0; r < ss.rows; ++r)
-      for (std::size_t c = 0; c < ss.cols; ++c) {
-        const std::uint8_t got = scale[r * ss.cols + c];
-        if (r < lines && c < ref.blocks) bad_scales += got != ref.scales[r * ref.blocks + c];
-        else bad_padding += got != 0;
-      }
-    CHECK(bad_codes == 0);
-    CHECK(bad_scales == 0);
-    CHECK(bad_padding == 0);
+    const tq_test::nvfp4_mismatches bad = tq_test::count_nvfp4_mismatches(o, ref, col, M, K);
+    CHECK(bad.codes == 0);
+    CHECK(bad.scales == 0);
+    CHECK(bad.padding == 0);
     // Dequantize: code * scale * global decode scale, then (columnwise) the inverse transform, M^T.
     std::vector<float> want(M * K);
     for (std::size_t m = 0; m < M; ++m)

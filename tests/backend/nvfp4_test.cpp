@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "backend/nvfp4_compare.hpp"
 #include "backend/nvfp4_reference.hpp"
 #include "backend/random_tensor.hpp"
 #include "tequant/backend/host.hpp"
@@ -36,7 +37,6 @@ cast_plan nvfp4_plan(bool tile_2d) {
   return p;
 }
 
-std::uint8_t nibble(const std::span<std::uint8_t> d, std::size_t e) { return (d[e / 2] >> ((e & 1) * 4)) & 0xF; }
 
 /// Quantizes x (as T) with the host backend and compares both directions with the reference.
 template <class T>
@@ -57,23 +57,12 @@ void check_against_reference(const std::vector<float>& x_f, std::size_t M, std::
   for (int d = 0; d < 2; ++d) {
     const bool col = d == 1;
     const auto ref = nvfp4_reference::cast(widened, M, K, col, tile_2d);
-    const auto data = col ? o.columnwise_data : o.rowwise_data;
-    const auto scale = col ? o.columnwise_block_scale : o.rowwise_block_scale;
-    const tequant::scale_shape ss = col ? tequant::nvfp4_columnwise_scale_shape(M, K) : tequant::nvfp4_rowwise_scale_shape(M, K);
     CHECK((col ? o.columnwise_scale_inv : o.rowwise_scale_inv)[0] == ref.global_decode);
-    std::size_t bad_codes = 0, bad_scales = 0, bad_padding = 0;
-    const std::size_t lines = col ? K : M;
-    for (std::size_t e = 0; e < M * K; ++e) bad_codes += nibble(data, e) != ref.codes[e];
-    for (std::size_t r = 0; r < ss.rows; ++r)
-      for (std::size_t c = 0; c < ss.cols; ++c) {
-        const std::uint8_t got = scale[r * ss.cols + c];
-        if (r < lines && c < ref.blocks) bad_scales += got != ref.scales[r * ref.blocks + c];
-        else bad_padding += got != 0;
-      }
+    const tq_test::nvfp4_mismatches bad = tq_test::count_nvfp4_mismatches(o, ref, col, M, K);
     INFO("M=" << M << " K=" << K << " columnwise=" << col << " tile_2d=" << tile_2d);
-    CHECK(bad_codes == 0);
-    CHECK(bad_scales == 0);
-    CHECK(bad_padding == 0);
+    CHECK(bad.codes == 0);
+    CHECK(bad.scales == 0);
+    CHECK(bad.padding == 0);
     // Dequantize: code * block scale * global decode scale.
     std::vector<float> out(M * K);
     be.dequantize(plan, M, K, o, col, out);
