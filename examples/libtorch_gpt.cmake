@@ -27,18 +27,7 @@ if(TEQUANT_ENABLE_LIBTORCH)
 
       # libtorch_gpt_test(<name> ARGS ... EXPECT re ... [REJECT re ...] [FILES f ...] [RC exit-code, default 0])
       function(libtorch_gpt_test name)
-        cmake_parse_arguments(G "" "RC" "ARGS;EXPECT;REJECT;FILES" ${ARGN})
-        if(NOT DEFINED G_RC)
-          set(G_RC 0)
-        endif()
-        list(JOIN G_ARGS "|" args)
-        list(JOIN G_EXPECT "|" expect)
-        list(JOIN G_REJECT "|" reject)
-        list(JOIN G_FILES "|" files)
-        add_test(NAME ${name}
-                 COMMAND ${CMAKE_COMMAND} "-DCMD=$<TARGET_FILE:libtorch_gpt>|${args}" -DEXPECT_RC=${G_RC} "-DEXPECT=${expect}"
-                         "-DREJECT=${reject}" "-DFILES=${files}" -P ${PROJECT_SOURCE_DIR}/tests/examples_check/run_example.cmake)
-        set_tests_properties(${name} PROPERTIES LABELS "${_lt_gpt_labels}" TIMEOUT 300)
+        tequant_example_test(${name} TARGET libtorch_gpt LABELS ${_lt_gpt_labels} TIMEOUT 300 ${ARGN})
       endfunction()
 
       # FP8 (and NVFP4) lands within 3% of FP32 with every recipe; the stateful recipes get exactly one
@@ -50,10 +39,14 @@ if(TEQUANT_ENABLE_LIBTORCH)
         else()
           set(_updates "updates_1_1=n/a")
         endif()
+        set(_format FP8)
+        if(r STREQUAL nvfp4)
+          set(_format NVFP4)
+        endif()
         libtorch_gpt_test(libtorch_gpt_fp8_vs_fp32_${r}
           ARGS ${_lt_gpt_small} --sample 40 --steps 100 --recipe ${r} --out ${_lt_gpt_out}/${r}
-          EXPECT "recipe=${r} boundary=engine recompute=reentrant" "within_3_percent=yes" "sampled from the FP8 model"
-                 ${_updates}
+          EXPECT "recipe=${r} boundary=engine recompute=reentrant" "within_3_percent=yes"
+                 "sampled from the ${_format} model" ${_updates}
           FILES ${_lt_gpt_out}/${r}/loss.csv)
       endforeach()
 

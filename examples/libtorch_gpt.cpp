@@ -445,11 +445,13 @@ int run(const gpt::options& o, const extra_options& x) {
     max_backward = std::max(max_backward, fp8.backward_updates[std::size_t(k)]);
   }
   const double l8 = fp8.val_loss.back(), l32 = o.fp8_only ? NAN : fp32.val_loss.back(), gap = (l8 - l32) / l32;
-  std::printf("\n%-36s %14s %14s\n", "", "FP32", "FP8");
+  const char* quantized = gpt::format_name(o.rec);
+  const std::string gap_label = std::string("relative gap (") + quantized + " - FP32) / FP32";
+  std::printf("\n%-36s %14s %14s\n", "", "FP32", quantized);
   std::printf("%-36s %14.4f %14.4f\n", "validation loss (final)", l32, l8);
   std::printf("%-36s %14.4f %14.4f\n", "train loss (last step)", o.fp8_only ? NAN : double(fp32.train_loss.back()),
               double(fp8.train_loss.back()));
-  std::printf("%-36s %14s %+13.2f%%\n", "relative gap (FP8 - FP32) / FP32", "", 100.0 * gap);
+  std::printf("%-36s %14s %+13.2f%%\n", gap_label.c_str(), "", 100.0 * gap);
   std::printf("%-36s %14s ", "updates per step (forward/backward)", "");
   if (!fp8.stateful) {
     std::printf("none: %s is stateless\n", gpt::name(o.rec));
@@ -480,7 +482,7 @@ int run(const gpt::options& o, const extra_options& x) {
                     ? " This is TE's old \"first module owns the backward update\" rule: with recompute, the replayed\n"
                       "modules own it too and flush inside the nested backward. Use --boundary engine, scope or autocast."
                     : "");
-  if (!fp8.sample.empty()) std::printf("\nsampled from the FP8 model:\n----\n%s\n----\n", fp8.sample.c_str());
+  if (!fp8.sample.empty()) std::printf("\nsampled from the %s model:\n----\n%s\n----\n", quantized, fp8.sample.c_str());
 
   std::filesystem::create_directories(o.out);
   const std::string dir = std::filesystem::absolute(o.out).lexically_normal().string();

@@ -69,12 +69,13 @@ int run(const options& o) {
   }
   const double l8 = fp8.val_loss.back(), l32 = o.fp8_only ? NAN : fp32.val_loss.back(), gap = (l8 - l32) / l32;
   // --identity-casts: the second run is FP8's bookkeeping with FP32 values (the "FP8" column below).
-  const char* second = o.identity_casts ? "identity casts" : "FP8";
+  const char* second = o.identity_casts ? "identity casts" : format_name(o.rec);
+  const std::string gap_label = std::string("relative gap (") + second + " - FP32) / FP32";
   std::printf("\n%-36s %14s %14s\n", "", "FP32", second);
   std::printf("%-36s %14.4f %14.4f\n", "validation loss (final)", l32, l8);
   std::printf("%-36s %14.4f %14.4f\n", "train loss (last step)", o.fp8_only ? NAN : double(fp32.train_loss.back()),
               double(fp8.train_loss.back()));
-  std::printf("%-36s %14s %+13.2f%%\n", o.identity_casts ? "relative gap to FP32" : "relative gap (FP8 - FP32) / FP32", "",
+  std::printf("%-36s %14s %+13.2f%%\n", o.identity_casts ? "relative gap to FP32" : gap_label.c_str(), "",
               100.0 * gap);
   std::printf("%-36s %14s ", "updates per step (forward/backward)", "");
   if (!fp8.stateful) {
@@ -124,7 +125,7 @@ int run(const options& o) {
                       "modules own it too and flush inside the nested backward. Use --boundary engine, scope or autocast."
                     : "");
   if (!fp8.sample.empty())
-    std::printf("\nsampled from the %s model:\n----\n%s\n----\n", o.identity_casts ? "identity-casts" : "FP8",
+    std::printf("\nsampled from the %s model:\n----\n%s\n----\n", o.identity_casts ? "identity-casts" : second,
                 fp8.sample.c_str());
 
   std::filesystem::create_directories(o.out);

@@ -46,6 +46,8 @@ inline const char* name(recipe r) {
   }
   return "?";
 }
+/// The quantized run's name in reports: the data format the recipe trains in.
+inline const char* format_name(recipe r) { return r == recipe::nvfp4 ? "NVFP4" : "FP8"; }
 inline const char* name(boundary b) {
   switch (b) {
     case boundary::engine: return "engine";
