@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Host NVFP4 quantize and dequantize (fp32, bf16 and fp16 input): TE's rule (format/nvfp4.hpp) with TE's
-// scale layouts. Two passes like current scaling: the tensor's amax, then the cast. Rowwise blocks run an
-// AVX2 kernel where the CPU has one (chosen at run time like host_simd.hpp's kernels); the columnwise and
-// 2D-tile paths and every other target run the portable loops, which produce the same bits.
+// scale layouts. Two passes like current scaling: the tensor's amax, then the cast. Rowwise 1x16 blocks
+// and columnwise round-to-nearest 16x1 blocks run AVX2 kernels where the CPU has them (chosen at run
+// time like host_simd.hpp's kernels); stochastic columnwise, 2D-tile rowwise, partial blocks and every
+// other target run the portable loops, which produce the same bits.
 #pragma once
 #include <algorithm>
 #include <array>
@@ -111,6 +112,15 @@ inline void nvfp4_row_sr_scalar(const T* x, std::size_t K, float s_enc, float s_
   }
 }
 
+/// Where a columnwise kernel writes one 16-row block: the codes of column k at data + k * data_stride
+/// (8 bytes), its E4M3 block scale at scale[k * scale_stride].
+struct nvfp4_column_block_out {
+  std::uint8_t* data;
+  std::size_t data_stride;
+  std::uint8_t* scale;
+  std::size_t scale_stride;
+};
+
 #if TEQUANT_HAS_X86_TARGET_ATTRIBUTES
 namespace avx2 {
 
@@ -197,6 +207,62 @@ TEQUANT_TARGET_AVX2_INLINE inline __m256i encode_e2m1_sr8(__m256 y, __m256i rand
   return _mm256_blendv_epi8(code, _mm256_set1_epi32(0x7), is_nan);
 }
 
+/// E4M3 block scales (codes) and multipliers of eight block amaxes: nvfp4_block_scale and
+/// nvfp4_block_multiplier, the same operations in eight lanes (block_factor = S_enc * (1/6), dec = S_dec).
+TEQUANT_TARGET_AVX2_INLINE inline void block_scales8(__m256 block_amax, __m256 block_factor, __m256 dec,
+                                                     std::int32_t* codes, float* mult) noexcept {
+  const __m256i c = encode8<fp8_dtype::e4m3>(_mm256_mul_ps(block_amax, block_factor));
+  const __m256 scales = _mm256_i32gather_ps(e4m3_values.data(), c, 4);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes), c);
+  _mm256_storeu_ps(mult, _mm256_min_ps(_mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(scales, dec)),
+                                       _mm256_set1_ps(float_max)));  // 1 / 0 = inf -> FLT_MAX
+}
+
+/// Columnwise 16x1 blocks of one full block of 16 rows x [16, K] (row stride K), round to nearest, eight
+/// columns (eight blocks, a lane each) at a time: the block amaxes (NaN ignored), scales and multipliers
+/// as block_scales8, then each column's 16 codes packed two a byte in row order (even rows in the low
+/// nibble), the same operations as the portable loop. With `tile_mult` (2D tiles) column k's scale is
+/// already chosen and its multiplier is tile_mult[k]. Returns the columns done (a multiple of 8).
+template <class T>
+TEQUANT_TARGET_AVX2 inline std::size_t nvfp4_columns16_rn(const T* x, std::size_t K, float s_enc, float s_dec,
+                                                          const float* tile_mult, nvfp4_column_block_out o) noexcept {
+  const __m256 block_factor = _mm256_set1_ps(s_enc * (1.0f / e2m1_max));
+  const __m256 dec = _mm256_set1_ps(s_dec);
+  std::size_t k = 0;
+  for (; k + 8 <= K; k += 8) {
+    __m256 m;
+    if (tile_mult != nullptr) {
+      m = _mm256_loadu_ps(tile_mult + k);
+    } else {
+      __m256i key = amax_key8(load8(x + k));
+      for (std::size_t r = 1; r < nvfp4_block; ++r) key = _mm256_max_epi32(key, amax_key8(load8(x + r * K + k)));
+      alignas(32) std::int32_t code[8];
+      alignas(32) float mult[8];
+      block_scales8(_mm256_castsi256_ps(key), block_factor, dec, code, mult);
+      for (std::size_t c = 0; c < 8; ++c) o.scale[(k + c) * o.scale_stride] = static_cast<std::uint8_t>(code[c]);
+      m = _mm256_load_ps(mult);
+    }
+    __m256i half[2];  // byte j of lane c: rows 8h + 2j (low nibble) and 8h + 2j + 1 of column k + c
+    for (std::size_t h = 0; h < 2; ++h) {
+      __m256i w = _mm256_setzero_si256();
+      for (int j = 0; j < 4; ++j) {
+        const T* p = x + (8 * h + 2 * static_cast<std::size_t>(j)) * K + k;
+        const __m256i lo = encode_e2m1_8(_mm256_mul_ps(load8(p), m));
+        const __m256i hi = encode_e2m1_8(_mm256_mul_ps(load8(p + K), m));
+        w = _mm256_or_si256(w, _mm256_sll_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm_cvtsi32_si128(8 * j)));
+      }
+      half[h] = w;
+    }
+    // Column c's 8 bytes are lane c of half[0] then of half[1]: interleaving them makes 64-bit columns.
+    alignas(32) std::uint64_t q[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(q), _mm256_unpacklo_epi32(half[0], half[1]));     // 0 1 4 5
+    _mm256_store_si256(reinterpret_cast<__m256i*>(q + 4), _mm256_unpackhi_epi32(half[0], half[1]));  // 2 3 6 7
+    constexpr std::size_t column[8] = {0, 1, 4, 5, 2, 3, 6, 7};
+    for (std::size_t i = 0; i < 8; ++i) std::memcpy(o.data + (k + column[i]) * o.data_stride, &q[i], sizeof q[i]);
+  }
+  return k;
+}
+
 /// How nvfp4_row encodes a block: to nearest, or stochastically with the row's random words (element
 /// order, words[k] for element k of the row).
 struct nvfp4_encode_rn {
@@ -244,15 +310,9 @@ TEQUANT_TARGET_AVX2 inline void nvfp4_row(const T* x, std::size_t K, float s_enc
     __m256i keys[8];
     for (int j = 0; j < 8; ++j)
       keys[j] = _mm256_max_epi32(amax_key8(load8(p + j * B)), amax_key8(load8(p + j * B + 8)));
-    const __m256 bamax = _mm256_castsi256_ps(transpose_max8(keys));
-    const __m256i codes = encode8<fp8_dtype::e4m3>(_mm256_mul_ps(bamax, block_factor));
-    const __m256 scales = _mm256_i32gather_ps(e4m3_values.data(), codes, 4);
-    const __m256 mult = _mm256_min_ps(_mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(scales, dec)),
-                                      _mm256_set1_ps(float_max));  // 1 / 0 = inf -> FLT_MAX
     alignas(32) std::int32_t c[8];
     alignas(32) float m[8];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(c), codes);
-    _mm256_store_ps(m, mult);
+    block_scales8(_mm256_castsi256_ps(transpose_max8(keys)), block_factor, dec, c, m);
     for (int j = 0; j < 8; ++j) {
       const std::size_t bj = b + static_cast<std::size_t>(j);
       scale[bj] = static_cast<std::uint8_t>(c[j]);
@@ -295,6 +355,18 @@ inline void nvfp4_row_sr_host(const T* x, std::size_t K, float s_enc, float s_de
   if (host_has_avx2()) return avx2::nvfp4_row(x, K, s_enc, s_dec, data, scale, avx2::nvfp4_encode_sr{words});
 #endif
   nvfp4_row_sr_scalar(x, K, s_enc, s_dec, words, data, scale);
+}
+
+/// The columnwise blocks of one full 16-row block, round to nearest, as far as a vector kernel goes
+/// (dispatched); returns the columns done, the rest is the caller's.
+template <class T>
+inline std::size_t nvfp4_columns16_rn_host(const T* x, std::size_t K, float s_enc, float s_dec, const float* tile_mult,
+                                           nvfp4_column_block_out o) noexcept {
+#if TEQUANT_HAS_X86_TARGET_ATTRIBUTES
+  if (host_has_avx2()) return avx2::nvfp4_columns16_rn(x, K, s_enc, s_dec, tile_mult, o);
+#endif
+  (void)x, (void)K, (void)s_enc, (void)s_dec, (void)tile_mult, (void)o;
+  return 0;
 }
 
 /// Quantizes x [M, K] (M, K even; checked by the caller) into the requested directions of `o`.
@@ -359,27 +431,41 @@ void quantize_nvfp4_host(matrix_view<const T> x, const nvfp4_options& opt, const
       }
     }
   }
-  // Pass 2, columnwise (data transposed to [K, M]), round to nearest: 16 rows at a time in row order
-  // (their column amaxes, then two rows per output byte), the same operations as the loop below.
+  // Pass 2, columnwise (data transposed to [K, M]), round to nearest: 16 rows at a time in row order.
+  // A full block of rows goes to the vector kernel as far as it goes; the rest, the same operations:
+  // the blocks' column amaxes, their scales, then two rows per output byte.
   if (col && !sr) {
     std::vector<std::uint32_t> colkey(K);
     std::vector<float> mult(K);
     for (std::size_t mb = 0; mb < MB; ++mb) {
       const std::size_t r0 = mb * nvfp4_block, len = std::min<std::size_t>(nvfp4_block, M - r0);
+      if (opt.tile_2d)
+        for (std::size_t k = 0; k < K; ++k) {
+          const std::uint8_t code = tile[mb * KB + k / nvfp4_block];
+          o.columnwise_scale[k * cs.cols + mb] = code;
+          mult[k] = nvfp4_block_multiplier(code, s_dec);
+        }
+      const std::size_t done =
+          len < nvfp4_block ? 0
+                            : nvfp4_columns16_rn_host(x.data + r0 * K, K, s_enc, s_dec, opt.tile_2d ? mult.data() : nullptr,
+                                                      {o.columnwise_data.data() + r0 / 2, M / 2,
+                                                       o.columnwise_scale.data() + mb, cs.cols});
+      if (done == K) continue;
       if (!opt.tile_2d) {
-        std::fill(colkey.begin(), colkey.end(), 0u);
-        for (std::size_t i = 0; i < len; ++i) column_amax_host(x.data + (r0 + i) * K, K, colkey.data());
-      }
-      for (std::size_t k = 0; k < K; ++k) {
-        const std::uint8_t code = opt.tile_2d ? tile[mb * KB + k / nvfp4_block] : nvfp4_block_scale(bits_float(colkey[k]), s_enc);
-        o.columnwise_scale[k * cs.cols + mb] = code;
-        mult[k] = nvfp4_block_multiplier(code, s_dec);
+        std::fill(colkey.begin() + static_cast<std::ptrdiff_t>(done), colkey.end(), 0u);
+        for (std::size_t i = 0; i < len; ++i)
+          column_amax_host(x.data + (r0 + i) * K + done, K - done, colkey.data() + done);
+        for (std::size_t k = done; k < K; ++k) {
+          const std::uint8_t code = nvfp4_block_scale(bits_float(colkey[k]), s_enc);
+          o.columnwise_scale[k * cs.cols + mb] = code;
+          mult[k] = nvfp4_block_multiplier(code, s_dec);
+        }
       }
       for (std::size_t i = 0; i < len; i += 2) {  // len is even: M is, and r0 a multiple of 16
         const T* lo_row = x.data + (r0 + i) * K;
         const T* hi_row = lo_row + K;
         std::uint8_t* out = o.columnwise_data.data() + (r0 + i) / 2;
-        for (std::size_t k = 0; k < K; ++k)
+        for (std::size_t k = done; k < K; ++k)
           out[k * (M / 2)] = static_cast<std::uint8_t>(encode_e2m1(widen(lo_row[k]) * mult[k]) |
                                                        (encode_e2m1(widen(hi_row[k]) * mult[k]) << 4));
       }
