@@ -99,8 +99,9 @@ void bm_block(benchmark::State& st) {
 
 // NVFP4: two passes (the tensor's amax, then the cast) read x twice, counted like current scaling's;
 // writes are half a byte per element plus one E4M3 scale byte per 16 elements. With Rht the columnwise
-// copy goes through the 16x16 random Hadamard transform (its fp32 scratch copy is not counted).
-template <class T, bool Columnwise, bool Stochastic, bool Rht = false>
+// copy goes through the 16x16 random Hadamard transform (its fp32 scratch copy is not counted); Tile2d:
+// one scale per 16x16 tile (TE's weights).
+template <class T, bool Columnwise, bool Stochastic, bool Rht = false, bool Tile2d = false>
 void bm_nvfp4(benchmark::State& st) {
   const std::size_t K = 4096, M = input_bytes / sizeof(T) / K, n = M * K;
   const auto x = make_input<T>(n);
@@ -108,7 +109,7 @@ void bm_nvfp4(benchmark::State& st) {
                                                    : tequant::nvfp4_rowwise_scale_shape(M, K).size());
   std::vector<float> g(1);
   std::uint64_t offset = 0;
-  const tequant::nvfp4_options opt{false, Stochastic ? &offset : nullptr, 1, Rht};
+  const tequant::nvfp4_options opt{Tile2d, Stochastic ? &offset : nullptr, 1, Rht};
   const tequant::nvfp4_output o = Columnwise ? tequant::nvfp4_output{{}, {}, {}, q, s, g} : tequant::nvfp4_output{q, s, g, {}, {}, {}};
   tequant::host_backend b;
   for (auto _ : st) {
@@ -142,6 +143,9 @@ BENCHMARK(bm_block<bf16, fp8_dtype::e4m3, true>)->Name("block_128x128/bf16/e4m3"
 BENCHMARK(bm_nvfp4<float, false, false>)->Name("nvfp4_rowwise/fp32")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(bm_nvfp4<bf16, false, false>)->Name("nvfp4_rowwise/bf16")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(bm_nvfp4<float, false, true>)->Name("nvfp4_rowwise_sr/fp32")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(bm_nvfp4<float, false, false, false, true>)->Name("nvfp4_rowwise_2d/fp32")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(bm_nvfp4<float, true, false, false, true>)->Name("nvfp4_columnwise_2d/fp32")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(bm_nvfp4<float, true, true>)->Name("nvfp4_columnwise_sr/fp32")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(bm_nvfp4<float, true, false>)->Name("nvfp4_columnwise/fp32")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(bm_nvfp4<bf16, true, false>)->Name("nvfp4_columnwise/bf16")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(bm_nvfp4<bf16, true, false, true>)->Name("nvfp4_columnwise_rht/bf16")->Unit(benchmark::kMillisecond)->UseRealTime();

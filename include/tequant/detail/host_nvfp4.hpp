@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Host NVFP4 quantize and dequantize (fp32, bf16 and fp16 input): TE's rule (format/nvfp4.hpp) with TE's
-// scale layouts. Two passes like current scaling: the tensor's amax, then the cast. Rowwise 1x16 blocks
-// and columnwise round-to-nearest 16x1 blocks run AVX2 kernels where the CPU has them (chosen at run
-// time like host_simd.hpp's kernels); stochastic columnwise, 2D-tile rowwise, partial blocks and every
-// other target run the portable loops, which produce the same bits.
+// scale layouts. Two passes like current scaling: the tensor's amax, then the cast. Full blocks run AVX2
+// kernels where the CPU has them (chosen at run time like host_simd.hpp's kernels): rowwise, columnwise
+// and 2D tiles, except stochastic rounding with 2D tiles; that, partial blocks and every other target
+// run the portable loops, which produce the same bits.
 #pragma once
 #include <algorithm>
 #include <array>
@@ -218,14 +218,36 @@ TEQUANT_TARGET_AVX2_INLINE inline void block_scales8(__m256 block_amax, __m256 b
                                        _mm256_set1_ps(float_max)));  // 1 / 0 = inf -> FLT_MAX
 }
 
-/// Columnwise 16x1 blocks of one full block of 16 rows x [16, K] (row stride K), round to nearest, eight
-/// columns (eight blocks, a lane each) at a time: the block amaxes (NaN ignored), scales and multipliers
-/// as block_scales8, then each column's 16 codes packed two a byte in row order (even rows in the low
-/// nibble), the same operations as the portable loop. With `tile_mult` (2D tiles) column k's scale is
-/// already chosen and its multiplier is tile_mult[k]. Returns the columns done (a multiple of 8).
-template <class T>
-TEQUANT_TARGET_AVX2 inline std::size_t nvfp4_columns16_rn(const T* x, std::size_t K, float s_enc, float s_dec,
-                                                          const float* tile_mult, nvfp4_column_block_out o) noexcept {
+/// How nvfp4_columns16 encodes: to nearest, or stochastically with the column stream's words.
+struct nvfp4_columns_rn {
+  void columns(std::size_t) noexcept {}
+  TEQUANT_TARGET_AVX2_INLINE __m256i operator()(__m256 y, std::size_t) const noexcept { return encode_e2m1_8(y); }
+};
+/// Words of elements k*M + r0 + i (column k, row r0 + i) of a stream (seed, first group), drawn for
+/// eight columns of one 16-row block at a time.
+struct nvfp4_columns_sr {
+  std::uint64_t seed, first;
+  std::size_t M, r0;
+  alignas(32) std::uint32_t words[8 * 16]{};  // words[c * 16 + i]: column k + c, row r0 + i
+  void columns(std::size_t k) noexcept {
+    for (std::size_t c = 0; c < 8; ++c) nvfp4_random_words(seed, first, (k + c) * M + r0, 16, words + c * 16);
+  }
+  TEQUANT_TARGET_AVX2_INLINE __m256i operator()(__m256 y, std::size_t i) const noexcept {
+    const __m256i at = _mm256_add_epi32(_mm256_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112),
+                                        _mm256_set1_epi32(static_cast<int>(i)));
+    return encode_e2m1_sr8(y, _mm256_i32gather_epi32(reinterpret_cast<const int*>(words), at, 4));
+  }
+};
+
+/// Columnwise 16x1 blocks of one full block of 16 rows x [16, K] (row stride K), eight columns (eight
+/// blocks, a lane each) at a time: the block amaxes (NaN ignored), scales and multipliers as
+/// block_scales8, then each column's 16 codes (by `encode`) packed two a byte in row order (even rows in
+/// the low nibble), the same operations as the portable loops. With `tile_mult` (2D tiles) column k's
+/// scale is already chosen and its multiplier is tile_mult[k]. Returns the columns done (a multiple of 8).
+template <class T, class Encode>
+TEQUANT_TARGET_AVX2 inline std::size_t nvfp4_columns16(const T* x, std::size_t K, float s_enc, float s_dec,
+                                                       const float* tile_mult, nvfp4_column_block_out o,
+                                                       Encode& encode) noexcept {
   const __m256 block_factor = _mm256_set1_ps(s_enc * (1.0f / e2m1_max));
   const __m256 dec = _mm256_set1_ps(s_dec);
   std::size_t k = 0;
@@ -242,14 +264,16 @@ TEQUANT_TARGET_AVX2 inline std::size_t nvfp4_columns16_rn(const T* x, std::size_
       for (std::size_t c = 0; c < 8; ++c) o.scale[(k + c) * o.scale_stride] = static_cast<std::uint8_t>(code[c]);
       m = _mm256_load_ps(mult);
     }
+    encode.columns(k);
     __m256i half[2];  // byte j of lane c: rows 8h + 2j (low nibble) and 8h + 2j + 1 of column k + c
     for (std::size_t h = 0; h < 2; ++h) {
       __m256i w = _mm256_setzero_si256();
-      for (int j = 0; j < 4; ++j) {
-        const T* p = x + (8 * h + 2 * static_cast<std::size_t>(j)) * K + k;
-        const __m256i lo = encode_e2m1_8(_mm256_mul_ps(load8(p), m));
-        const __m256i hi = encode_e2m1_8(_mm256_mul_ps(load8(p + K), m));
-        w = _mm256_or_si256(w, _mm256_sll_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm_cvtsi32_si128(8 * j)));
+      for (std::size_t j = 0; j < 4; ++j) {
+        const std::size_t r = 8 * h + 2 * j;
+        const __m256i lo = encode(_mm256_mul_ps(load8(x + r * K + k), m), r);
+        const __m256i hi = encode(_mm256_mul_ps(load8(x + (r + 1) * K + k), m), r + 1);
+        w = _mm256_or_si256(w, _mm256_sll_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)),
+                                                _mm_cvtsi32_si128(static_cast<int>(8 * j))));
       }
       half[h] = w;
     }
@@ -261,6 +285,16 @@ TEQUANT_TARGET_AVX2 inline std::size_t nvfp4_columns16_rn(const T* x, std::size_
     for (std::size_t i = 0; i < 8; ++i) std::memcpy(o.data + (k + column[i]) * o.data_stride, &q[i], sizeof q[i]);
   }
   return k;
+}
+
+/// The full blocks of one row, round to nearest, block b multiplied by mult[b]; returns the blocks done.
+template <class T>
+TEQUANT_TARGET_AVX2 inline std::size_t nvfp4_row_given_scales(const T* x, std::size_t K, const float* mult,
+                                                               std::uint8_t* data) noexcept {
+  const std::size_t full = K / nvfp4_block;
+  for (std::size_t b = 0; b < full; ++b)
+    nvfp4_encode16(x + b * nvfp4_block, _mm256_set1_ps(mult[b]), data + b * (nvfp4_block / 2));
+  return full;
 }
 
 /// How nvfp4_row encodes a block: to nearest, or stochastically with the row's random words (element
@@ -357,15 +391,48 @@ inline void nvfp4_row_sr_host(const T* x, std::size_t K, float s_enc, float s_de
   nvfp4_row_sr_scalar(x, K, s_enc, s_dec, words, data, scale);
 }
 
+/// One row's codes, round to nearest, block b multiplied by mult[b] (scales chosen by the caller).
+template <class T>
+inline void nvfp4_row_given_scales_host(const T* x, std::size_t K, const float* mult, std::uint8_t* data) noexcept {
+  std::size_t b = 0;
+#if TEQUANT_HAS_X86_TARGET_ATTRIBUTES
+  if (host_has_avx2()) b = avx2::nvfp4_row_given_scales(x, K, mult, data);
+#endif
+  for (; b * nvfp4_block < K; ++b) {
+    const std::size_t c0 = b * nvfp4_block, len = std::min<std::size_t>(nvfp4_block, K - c0);
+    for (std::size_t i = 0; i < len; i += 2)
+      data[(c0 + i) / 2] = static_cast<std::uint8_t>(encode_e2m1(widen(x[c0 + i]) * mult[b]) |
+                                                     (encode_e2m1(widen(x[c0 + i + 1]) * mult[b]) << 4));
+  }
+}
+
 /// The columnwise blocks of one full 16-row block, round to nearest, as far as a vector kernel goes
 /// (dispatched); returns the columns done, the rest is the caller's.
 template <class T>
 inline std::size_t nvfp4_columns16_rn_host(const T* x, std::size_t K, float s_enc, float s_dec, const float* tile_mult,
                                            nvfp4_column_block_out o) noexcept {
 #if TEQUANT_HAS_X86_TARGET_ATTRIBUTES
-  if (host_has_avx2()) return avx2::nvfp4_columns16_rn(x, K, s_enc, s_dec, tile_mult, o);
+  if (host_has_avx2()) {
+    avx2::nvfp4_columns_rn encode;
+    return avx2::nvfp4_columns16(x, K, s_enc, s_dec, tile_mult, o, encode);
+  }
 #endif
   (void)x, (void)K, (void)s_enc, (void)s_dec, (void)tile_mult, (void)o;
+  return 0;
+}
+
+/// The same, rounded stochastically with words of elements k*M + r0 + i of the stream (seed, first group).
+template <class T>
+inline std::size_t nvfp4_columns16_sr_host(const T* x, std::size_t K, float s_enc, float s_dec, std::uint64_t seed,
+                                           std::uint64_t first, std::size_t M, std::size_t r0,
+                                           nvfp4_column_block_out o) noexcept {
+#if TEQUANT_HAS_X86_TARGET_ATTRIBUTES
+  if (host_has_avx2()) {
+    avx2::nvfp4_columns_sr encode{seed, first, M, r0};
+    return avx2::nvfp4_columns16(x, K, s_enc, s_dec, nullptr, o, encode);
+  }
+#endif
+  (void)x, (void)K, (void)s_enc, (void)s_dec, (void)seed, (void)first, (void)M, (void)r0, (void)o;
   return 0;
 }
 
@@ -389,17 +456,21 @@ void quantize_nvfp4_host(matrix_view<const T> x, const nvfp4_options& opt, const
   }
   const std::size_t KB = ceil_div(K, nvfp4_block), MB = ceil_div(M, nvfp4_block);
   // 16x16 tiles: one scale per tile for both directions.
+  // A tile's amax is the max of its columns' amax keys over its rows (NaN ignored, as the block amax).
   std::vector<std::uint8_t> tile;
   if (opt.tile_2d) {
     tile.resize(MB * KB);
-    for (std::size_t mb = 0; mb < MB; ++mb)
+    std::vector<std::uint32_t> colkey(K);
+    for (std::size_t mb = 0; mb < MB; ++mb) {
+      std::fill(colkey.begin(), colkey.end(), 0u);
+      for (std::size_t r = mb * nvfp4_block; r < std::min(M, (mb + 1) * nvfp4_block); ++r)
+        column_amax_host(x.data + r * K, K, colkey.data());
       for (std::size_t kb = 0; kb < KB; ++kb) {
-        const std::size_t r1 = std::min(M, (mb + 1) * nvfp4_block), c1 = std::min(K, (kb + 1) * nvfp4_block);
-        float a = 0.0f;
-        for (std::size_t r = mb * nvfp4_block; r < r1; ++r)
-          a = nan_ignoring_max(a, nvfp4_block_amax(x.data + r * K + kb * nvfp4_block, c1 - kb * nvfp4_block, 1));
-        tile[mb * KB + kb] = nvfp4_block_scale(a, s_enc);
+        const auto first = colkey.begin() + static_cast<std::ptrdiff_t>(kb * nvfp4_block);
+        const auto last = colkey.begin() + static_cast<std::ptrdiff_t>(std::min(K, (kb + 1) * nvfp4_block));
+        tile[mb * KB + kb] = nvfp4_block_scale(bits_float(*std::max_element(first, last)), s_enc);
       }
+    }
   }
   // Pass 2, rowwise: element index e = m*K + k of the stream's first n elements.
   if (row && !sr && !opt.tile_2d) {
@@ -412,6 +483,15 @@ void quantize_nvfp4_host(matrix_view<const T> x, const nvfp4_options& opt, const
       nvfp4_random_words(opt.rng_seed, first, static_cast<std::uint64_t>(m) * K, K, words.data());
       nvfp4_row_sr_host(x.data + m * K, K, s_enc, s_dec, words.data(), o.rowwise_data.data() + m * K / 2,
                         o.rowwise_scale.data() + m * rs.cols);
+    }
+  } else if (row && !sr) {  // 2D tiles: each block's scale is its tile's
+    std::vector<float> tile_mult(KB);
+    for (std::size_t mb = 0; mb < MB; ++mb) {
+      for (std::size_t kb = 0; kb < KB; ++kb) tile_mult[kb] = nvfp4_block_multiplier(tile[mb * KB + kb], s_dec);
+      for (std::size_t m = mb * nvfp4_block; m < std::min(M, (mb + 1) * nvfp4_block); ++m) {
+        std::memcpy(o.rowwise_scale.data() + m * rs.cols, tile.data() + mb * KB, KB);
+        nvfp4_row_given_scales_host(x.data + m * K, K, tile_mult.data(), o.rowwise_data.data() + m * K / 2);
+      }
     }
   } else if (row) {
     nvfp4_host_random rnd(opt.rng_seed, first);
@@ -440,10 +520,13 @@ void quantize_nvfp4_host(matrix_view<const T> x, const nvfp4_options& opt, const
     for (std::size_t mb = 0; mb < MB; ++mb) {
       const std::size_t r0 = mb * nvfp4_block, len = std::min<std::size_t>(nvfp4_block, M - r0);
       if (opt.tile_2d)
-        for (std::size_t k = 0; k < K; ++k) {
-          const std::uint8_t code = tile[mb * KB + k / nvfp4_block];
-          o.columnwise_scale[k * cs.cols + mb] = code;
-          mult[k] = nvfp4_block_multiplier(code, s_dec);
+        for (std::size_t kb = 0; kb < KB; ++kb) {
+          const std::uint8_t code = tile[mb * KB + kb];
+          const float tile_mult = nvfp4_block_multiplier(code, s_dec);
+          for (std::size_t k = kb * nvfp4_block; k < std::min(K, (kb + 1) * nvfp4_block); ++k) {
+            o.columnwise_scale[k * cs.cols + mb] = code;
+            mult[k] = tile_mult;
+          }
         }
       const std::size_t done =
           len < nvfp4_block ? 0
@@ -473,10 +556,18 @@ void quantize_nvfp4_host(matrix_view<const T> x, const nvfp4_options& opt, const
   }
   // Stochastic: element index e = k*M + m of a stream after the rowwise one, in that order.
   if (col && sr) {
-    nvfp4_host_random rnd(opt.rng_seed, first + nvfp4_groups(n));
+    const std::uint64_t col_first = first + nvfp4_groups(n);
+    std::size_t done = 0;  // columns of the full row blocks that the vector kernel did (the same for each)
+    if (!opt.tile_2d)
+      for (std::size_t r0 = 0; r0 + nvfp4_block <= M; r0 += nvfp4_block)
+        done = nvfp4_columns16_sr_host(x.data + r0 * K, K, s_enc, s_dec, opt.rng_seed, col_first, M, r0,
+                                       {o.columnwise_data.data() + r0 / 2, M / 2,
+                                        o.columnwise_scale.data() + r0 / nvfp4_block, cs.cols});
+    nvfp4_host_random rnd(opt.rng_seed, col_first);
     for (std::size_t k = 0; k < K; ++k) {
       for (std::size_t mb = 0; mb < MB; ++mb) {
         const std::size_t r0 = mb * nvfp4_block, len = std::min<std::size_t>(nvfp4_block, M - r0);
+        if (k < done && len == nvfp4_block) continue;
         const std::uint8_t code = opt.tile_2d ? tile[mb * KB + k / nvfp4_block]
                                               : nvfp4_block_scale(nvfp4_block_amax(x.data + r0 * K + k, len, K), s_enc);
         o.columnwise_scale[k * cs.cols + mb] = code;
