@@ -369,18 +369,21 @@ TEST_CASE("device: the NVFP4 formulas and Philox give the host's bits" * doctest
 }
 
 // The cast enqueues without a host synchronisation, so it can be captured into a CUDA graph; a replay
-// on new input gives the host's bytes for that input. The stochastic stream position is read when the
-// cast is enqueued (host memory), so a captured stochastic cast draws the same bits at every replay.
+// on new input gives the host's bytes for that input (with the random Hadamard transform too). The
+// stochastic stream position is read when the cast is enqueued (host memory), so a captured stochastic
+// cast draws the same bits at every replay.
 DEVICE_CASE_TEMPLATE("an NVFP4 cast captured in a CUDA graph replays with the host's bytes", T, float, tequant::bf16) {
   test_stream s;
   const tequant::cuda_backend db{s.s};
   const tequant::host_backend hb;
   const std::size_t M = 64, K = 160;
-  for (const bool sr : {false, true}) {
-    CAPTURE(sr);
+  for (const int mode : {0, 1, 2}) {  // 2D tiles; stochastic; the random Hadamard transform (a memset too)
+    const bool sr = mode == 1;
+    CAPTURE(mode);
     std::uint64_t dev_offset = 8;
     tequant::cast_plan plan{nullptr, nullptr, tequant::fp8_dtype::e4m3, tequant::scaling_mode::nvfp4};
-    plan.tile_2d = !sr;
+    plan.tile_2d = mode == 0;
+    plan.columnwise_rht = mode == 2;
     plan.rng_seed = 3;
     plan.rng_offset = sr ? &dev_offset : nullptr;
     tequant::quantized_tensor<tequant::cuda_backend> dq;
@@ -413,6 +416,7 @@ DEVICE_CASE_TEMPLATE("an NVFP4 cast captured in a CUDA graph replays with the ho
       CHECK(to_host(db, d.columnwise_block_scale.data(), d.columnwise_block_scale.size()) ==
             std::vector<std::uint8_t>(h.columnwise_block_scale.begin(), h.columnwise_block_scale.end()));
       CHECK(nvfp4_cases::same_bits(to_host(db, d.rowwise_scale_inv.data(), 1), {h.rowwise_scale_inv[0]}));
+      CHECK(nvfp4_cases::same_bits(to_host(db, d.columnwise_scale_inv.data(), 1), {h.columnwise_scale_inv[0]}));
     }
     check(cudaGraphExecDestroy(exec), "cudaGraphExecDestroy");
     check(cudaGraphDestroy(graph), "cudaGraphDestroy");
