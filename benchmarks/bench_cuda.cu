@@ -175,6 +175,11 @@ struct fixture {
     c.push_back({"nvfp4 bf16 16x16 row+col(T)", 3 * in + n16 + n16 / 8.0, [=, this] {
                    b.quantize_nvfp4(m16, tequant::nvfp4_options{true, nullptr, 0}, fp4(M16, K16, true, true));
                  }});
+    // With the random Hadamard transform x is read twice more for the columnwise copy (the transformed
+    // amax pass, then the cast, which transforms again).
+    c.push_back({"nvfp4 bf16 row+col(T) RHT", 4 * in + n16 + n16 / 8.0, [=, this] {
+                   b.quantize_nvfp4(m16, tequant::nvfp4_options{false, nullptr, 0, true}, fp4(M16, K16, true, true));
+                 }});
     bench_case up{"delayed update 3000 slots L=1024 (1 launch)", 0, [this] { bucket->update(tequant::window_max{}, {448.0f}); }, true,
                   [this] { b.upload(bucket->staging().data(), staging_host.data(), staging_host.size()); }};
     c.push_back(up);
@@ -274,19 +279,24 @@ bool self_check(fixture& f) {
     same("block 1x128 rowwise scales", as_bytes(rsc), f.s0.data());
     same("block 1x128 columnwise scales", as_bytes(csc), f.s1.data());
   }
-  for (const bool sr : {false, true}) {  // NVFP4 both directions, round to nearest and stochastic
+  for (const int mode : {0, 1, 2}) {  // NVFP4 both directions: round to nearest, stochastic, RHT (nearest)
+    const bool sr = mode == 1, rht = mode == 2;
     const auto rs = tequant::nvfp4_rowwise_scale_shape(M, K), cs = tequant::nvfp4_columnwise_scale_shape(M, K);
     std::vector<std::uint8_t> r(n / 2), c(n / 2), rsc(rs.size()), csc(cs.size());
     std::vector<float> g(2);
     std::uint64_t host_offset = 40, dev_offset = 40;
-    hb.quantize_nvfp4(tequant::matrix_view<const tequant::bf16>{x.data(), M, K}, tequant::nvfp4_options{false, sr ? &host_offset : nullptr, 9},
+    hb.quantize_nvfp4(tequant::matrix_view<const tequant::bf16>{x.data(), M, K}, tequant::nvfp4_options{false, sr ? &host_offset : nullptr, 9, rht},
                       tequant::nvfp4_output{r, rsc, std::span(g).first(1), c, csc, std::span(g).last(1)});
-    f.b.quantize_nvfp4(tequant::matrix_view<const tequant::bf16>{f.x16.data(), M, K}, tequant::nvfp4_options{false, sr ? &dev_offset : nullptr, 9},
+    f.b.quantize_nvfp4(tequant::matrix_view<const tequant::bf16>{f.x16.data(), M, K}, tequant::nvfp4_options{false, sr ? &dev_offset : nullptr, 9, rht},
                        f.fp4(M, K, true, true));
-    same(sr ? "nvfp4 SR rowwise data" : "nvfp4 rowwise data", r, f.q0.data());
-    same(sr ? "nvfp4 SR columnwise data" : "nvfp4 columnwise data", c, f.q1.data());
-    same(sr ? "nvfp4 SR rowwise scales" : "nvfp4 rowwise scales", rsc, f.s0.data());
-    same(sr ? "nvfp4 SR columnwise scales" : "nvfp4 columnwise scales", csc, f.s1.data());
+    const char* const names[3][4] = {
+        {"nvfp4 rowwise data", "nvfp4 columnwise data", "nvfp4 rowwise scales", "nvfp4 columnwise scales"},
+        {"nvfp4 SR rowwise data", "nvfp4 SR columnwise data", "nvfp4 SR rowwise scales", "nvfp4 SR columnwise scales"},
+        {"nvfp4 RHT rowwise data", "nvfp4 RHT columnwise data", "nvfp4 RHT rowwise scales", "nvfp4 RHT columnwise scales"}};
+    same(names[mode][0], r, f.q0.data());
+    same(names[mode][1], c, f.q1.data());
+    same(names[mode][2], rsc, f.s0.data());
+    same(names[mode][3], csc, f.s1.data());
     const bool g_ok = f.b.read(f.state.data() + 8) == g[0] && f.b.read(f.state.data() + 9) == g[1] && host_offset == dev_offset;
     std::printf("self-check %-28s %s\n", "nvfp4 global scales, offset", g_ok ? "ok" : "MISMATCH");
     ok = ok && g_ok;

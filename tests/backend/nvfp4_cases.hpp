@@ -2,8 +2,10 @@
 // NVFP4 casts on any backend, and the CUDA kernels' block functions (detail/nvfp4_blocks.hpp) run on
 // the host, compared byte for byte with host_backend over one list of cases: fp32/bf16/fp16, 1x16 and
 // 16x16 blocks, round to nearest and stochastic, rowwise/columnwise/both, partial blocks, NaN, inf, +-0,
-// outliers and denormals. Included by the host test (nvfp4_blocks_test.cpp) and the CUDA test
-// (tests/cuda/nvfp4_cuda_test.cu), which runs the same cases on cuda_backend.
+// outliers and denormals; and the random Hadamard transform of the columnwise copy (its cast and its
+// inverse in dequantize, through detail/nvfp4_rht_blocks.hpp's per-group functions). Included by the host
+// test (nvfp4_blocks_test.cpp) and the CUDA test (tests/cuda/nvfp4_cuda_test.cu), which runs the same
+// cases on cuda_backend.
 #pragma once
 #include <doctest/doctest.h>
 
@@ -23,6 +25,8 @@
 #include "tequant/backend/validate.hpp"
 #include "tequant/cast_plan.hpp"
 #include "tequant/detail/nvfp4_blocks.hpp"
+#include "tequant/detail/nvfp4_rht_blocks.hpp"
+#include "tequant/format/bits.hpp"
 #include "tequant/quantized_tensor.hpp"
 
 namespace nvfp4_cases {
@@ -35,11 +39,12 @@ struct cast_case {
   int uniform;    // 0: values(); 1: all zero; 2: all NaN; 3: -0 everywhere but one -inf
   bool tile_2d, stochastic, rowwise, columnwise;
   std::uint64_t first_offset;
+  bool rht;  // columnwise copy through the random Hadamard transform (rows a multiple of 16, 1D)
 
   std::string name() const {
     return std::to_string(rows) + "x" + std::to_string(cols) + " seed " + std::to_string(seed) +
            (specials ? " specials" : "") + (uniform != 0 ? " uniform " + std::to_string(uniform) : "") + (tile_2d ? " 2D" : " 1D") + (stochastic ? " SR" : " RN") +
-           (rowwise ? " row" : "") + (columnwise ? " col" : "");
+           (rowwise ? " row" : "") + (columnwise ? " col" : "") + (rht ? " RHT" : "");
   }
 };
 
@@ -101,11 +106,24 @@ inline std::vector<cast_case> all_cases() {
         for (const bool sr : {false, true})
           for (const int dirs : {1, 2, 3})
             cases.push_back({s[0], s[1], seed++, specials, 0, tile_2d, sr, (dirs & 1) != 0, (dirs & 2) != 0,
-                             sr ? std::uint64_t{977} * seed : 0});
+                             sr ? std::uint64_t{977} * seed : 0, false});
   // Whole tensors at the global scale's edges: amax 0 and amax NaN-only (S_enc = 1), amax inf.
   for (const int uniform : {1, 2, 3})
     for (const bool tile_2d : {false, true})
-      for (const bool sr : {false, true}) cases.push_back({16, 34, seed++, false, uniform, tile_2d, sr, true, true, 5});
+      for (const bool sr : {false, true})
+        cases.push_back({16, 34, seed++, false, uniform, tile_2d, sr, true, true, 5, false});
+  // The random Hadamard transform of the columnwise copy: rows in whole 16-row groups, 1D blocks only;
+  // partial rowwise blocks, one-group and many-group columns, the same edges (a NaN in a group makes its
+  // whole transformed group NaN, so its block scale NaN; an infinity makes it +-inf or NaN).
+  const std::size_t rht_shapes[][2] = {{16, 16}, {16, 34}, {32, 2}, {48, 150}, {64, 256}, {16, 1030}};
+  for (const auto& s : rht_shapes)
+    for (const bool specials : {false, true})
+      for (const bool sr : {false, true})
+        for (const int dirs : {1, 2, 3})
+          cases.push_back({s[0], s[1], seed++, specials, 0, false, sr, (dirs & 1) != 0, (dirs & 2) != 0,
+                           sr ? std::uint64_t{977} * seed : 0, true});
+  for (const int uniform : {1, 2, 3})
+    for (const bool sr : {false, true}) cases.push_back({16, 34, seed++, false, uniform, false, sr, true, true, 5, true});
   return cases;
 }
 
@@ -119,6 +137,7 @@ std::vector<T> inputs_as(const std::vector<float>& x) {
 inline tequant::cast_plan plan_for(const cast_case& c, std::uint64_t* offset) {
   tequant::cast_plan p{nullptr, nullptr, tequant::fp8_dtype::e4m3, tequant::scaling_mode::nvfp4};
   p.tile_2d = c.tile_2d;
+  p.columnwise_rht = c.rht;
   if (c.stochastic) {
     p.rng_offset = offset;
     p.rng_seed = 0x5EEDull + c.seed;
@@ -165,7 +184,7 @@ cast_result cast_by_blocks(const cast_case& c, const std::vector<T>& x) {
   r.col_scale.assign(c.columnwise ? l.block_scale[1] : 0, 0xAB);
   r.col_global.assign(c.columnwise ? 1 : 0, 0.0f);
   const tequant::nvfp4_output o{r.row_data, r.row_scale, r.row_global, r.col_data, r.col_scale, r.col_global};
-  const tequant::nvfp4_options opt{plan.tile_2d, plan.rng_offset, plan.rng_seed};
+  const tequant::nvfp4_options opt{plan.tile_2d, plan.rng_offset, plan.rng_seed, plan.columnwise_rht};
   const auto req = d::check_quantize_nvfp4(c.rows, c.cols, x.data(), o);
   d::nvfp4_cast_args a = d::nvfp4_make_cast_args(x.data(), c.rows, c.cols, opt, o, req.rs, req.cs);
   const d::nvfp4_tensor_scales s = d::nvfp4_scales_from_amax(d::nvfp4_strided_amax(x.data(), x.size(), 1));
@@ -180,7 +199,18 @@ cast_result cast_by_blocks(const cast_case& c, const std::vector<T>& x) {
     r.row_global[0] = s.decode;
     for (std::size_t t = 0; t < c.rows * KB; ++t) d::nvfp4_rowwise_block<T>(a, s, t / KB, t % KB);
   }
-  if (c.columnwise) {
+  if (c.columnwise && c.rht) {
+    // The amax kernel's threads (the max of their keys), then the cast kernel's, over every group.
+    std::fill(r.col_scale.begin(), r.col_scale.end(), 0);
+    std::uint32_t key = 0;
+    for (std::size_t t = 0; t < MB * c.cols; ++t) {
+      const std::uint32_t k = d::float_bits(d::nvfp4_rht_group_amax<T>(a, t % c.cols, t / c.cols));
+      key = k > key ? k : key;
+    }
+    const d::nvfp4_tensor_scales ts = d::nvfp4_scales_from_amax(d::bits_float(key));
+    r.col_global[0] = ts.decode;
+    for (std::size_t t = 0; t < MB * c.cols; ++t) d::nvfp4_rht_columnwise_block<T>(a, ts, t % c.cols, t / c.cols);
+  } else if (c.columnwise) {
     std::fill(r.col_scale.begin(), r.col_scale.end(), 0);
     r.col_global[0] = s.decode;
     for (std::size_t t = 0; t < MB * c.cols; ++t) d::nvfp4_columnwise_block<T>(a, s, t % c.cols, t / c.cols);
@@ -207,16 +237,17 @@ inline void check_same(const cast_result& want, const cast_result& got) {
   CHECK(want.offset == got.offset);
 }
 
-/// Dequantized values of one direction of a host cast, through host_backend (the reference).
+/// Dequantized values of one direction of a host cast, through host_backend (the reference); the
+/// columnwise copy of an RHT case transformed back.
 inline std::vector<float> host_dequantize(const cast_case& c, const cast_result& r, bool columnwise) {
   std::vector<float> out(c.rows * c.cols);
   tequant::host_backend{}.dequantize_nvfp4(columnwise ? r.col_data : r.row_data, c.rows, c.cols, columnwise,
                                            columnwise ? r.col_scale : r.row_scale,
-                                           columnwise ? r.col_global : r.row_global, out);
+                                           columnwise ? r.col_global : r.row_global, out, c.rht);
   return out;
 }
 
-/// The same through the kernels' per-element function.
+/// The same through the kernels' per-element function (and per-group inverse for an RHT columnwise copy).
 inline std::vector<float> dequantize_by_elements(const cast_case& c, const cast_result& r, bool columnwise) {
   const auto& data = columnwise ? r.col_data : r.row_data;
   const auto& scale = columnwise ? r.col_scale : r.row_scale;
@@ -227,6 +258,9 @@ inline std::vector<float> dequantize_by_elements(const cast_case& c, const cast_
   for (std::size_t i = 0; i < out.size(); ++i)
     out[i] = tequant::detail::nvfp4_dequantize_element(data.data(), c.rows, c.cols, columnwise, scale.data(), ss.cols,
                                                        g, i / c.cols, i % c.cols);
+  if (columnwise && c.rht)
+    for (std::size_t t = 0; t < c.rows / 16 * c.cols; ++t)
+      tequant::detail::nvfp4_rht_inverse_group(out.data(), c.cols, t % c.cols, t / c.cols);
   return out;
 }
 
@@ -234,11 +268,24 @@ inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) 
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
+/// Bit for bit, except that any two NaNs are equal: a device sum or product involving a NaN gives the
+/// canonical NaN, x86 the NaN operand (sign and payload), so an RHT inverse's NaN bits differ.
+inline bool same_values(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (tequant::detail::float_bits(a[i]) != tequant::detail::float_bits(b[i]) &&
+        !(tequant::detail::is_nan(a[i]) && tequant::detail::is_nan(b[i])))
+      return false;
+  return true;
+}
+
 /// Every case, for one input type: the block functions on the host equal host_backend byte for byte,
-/// and so does their per-element dequantize.
+/// and so does their per-element dequantize. RHT cases must change the columnwise bytes (a transform
+/// dropped on both sides would otherwise pass).
 template <class T>
 void check_blocks_match_host() {
   const tequant::host_backend hb;
+  std::size_t rht_cases = 0, rht_changed = 0;
   for (const cast_case& c : all_cases()) {
     CAPTURE(c.name());
     const std::vector<T> x = inputs_as<T>(input_of(c));
@@ -246,7 +293,15 @@ void check_blocks_match_host() {
     check_same(want, cast_by_blocks(c, x));
     for (const bool col : {false, true})
       if (col ? c.columnwise : c.rowwise) CHECK(same_bits(host_dequantize(c, want, col), dequantize_by_elements(c, want, col)));
+    if (c.rht && c.columnwise && c.uniform == 0) {
+      cast_case plain = c;
+      plain.rht = false;
+      ++rht_cases;
+      rht_changed += cast_on(hb, plain, x).col_data != want.col_data;
+    }
   }
+  CHECK(rht_cases > 0);
+  CHECK(rht_changed == rht_cases);
 }
 
 }  // namespace nvfp4_cases

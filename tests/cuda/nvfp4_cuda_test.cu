@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // NVFP4 on cuda_backend byte for byte against host_backend (every case of backend/nvfp4_cases.hpp:
 // fp32/bf16/fp16, 1x16 and 16x16 blocks, round to nearest and stochastic with the same (seed, offset),
-// each direction, partial blocks, NaN/inf/+-0/outliers), dequantize agreement, large inputs; and on the
-// host, the kernels' block functions as nvcc compiles them, and the errors raised before any device work.
+// each direction, partial blocks, NaN/inf/+-0/outliers, the random Hadamard transform of the columnwise
+// copy and its inverse), dequantize agreement, large inputs; and on the host, the kernels' block
+// functions as nvcc compiles them, and the errors raised before any device work.
 #include <doctest/doctest.h>
 
 #include <cuda_fp4.h>
@@ -28,6 +29,7 @@
 using tequant::detail::check;
 
 static_assert(tequant::stateful_recipe_for<tequant::nvfp4_scaling, tequant::cuda_backend>);
+static_assert(tequant::detail::backend_has_nvfp4_rht<tequant::cuda_backend>);
 
 namespace {
 
@@ -57,7 +59,7 @@ std::vector<float> device_dequantize(const tequant::cuda_backend& db, const nvfp
   auto g = backend_suite::upload(db, columnwise ? r.col_global : r.row_global);
   auto out = db.make_buffer<float>(c.rows * c.cols);
   db.dequantize_nvfp4({q.data(), q.size()}, c.rows, c.cols, columnwise, {s.data(), s.size()}, {g.data(), g.size()},
-                      {out.data(), out.size()});
+                      {out.data(), out.size()}, c.rht);
   return to_host(db, out.data(), out.size());
 }
 
@@ -67,8 +69,11 @@ void check_device_case(const tequant::cuda_backend& db, const nvfp4_cases::cast_
   const nvfp4_cases::cast_result got = nvfp4_cases::cast_on(db, c, x);
   nvfp4_cases::check_same(want, got);
   for (const bool col : {false, true})
-    if (col ? c.columnwise : c.rowwise)
-      CHECK(nvfp4_cases::same_bits(nvfp4_cases::host_dequantize(c, want, col), device_dequantize(db, c, want, col)));
+    if (col ? c.columnwise : c.rowwise) {
+      const std::vector<float> h = nvfp4_cases::host_dequantize(c, want, col), d = device_dequantize(db, c, want, col);
+      // The inverse transform's sums carry NaN: the device's is canonical, x86's the operand's.
+      CHECK((c.rht && col ? nvfp4_cases::same_values(h, d) : nvfp4_cases::same_bits(h, d)));
+    }
 }
 
 }  // namespace
@@ -126,31 +131,6 @@ __global__ void fp4_formulas_kernel(const std::uint32_t* in, std::size_t n, fp4_
 
 }  // namespace
 
-namespace {
-
-/// Options whose columnwise_rht asks for the Hadamard transform, as a build with it has them.
-struct options_with_rht {
-  bool columnwise_rht = true;
-};
-
-/// With a columnwise_rht field in nvfp4_options, cuda_backend refuses a cast asking for it; returns
-/// whether the field exists (nothing to check without it).
-template <class Options>
-bool check_rht_refused(Options opt) {
-  if constexpr (requires { opt.columnwise_rht; }) {
-    opt.columnwise_rht = true;
-    std::vector<float> x(32, 1.0f), g(1);
-    std::vector<std::uint8_t> data(16), scale(128 * 4);
-    CHECK_THROWS_WITH_AS(tequant::cuda_backend{}.quantize_nvfp4(tequant::matrix_view<const float>{x.data(), 2, 16}, opt,
-                                                                tequant::nvfp4_output{{}, {}, {}, data, scale, g}),
-                         doctest::Contains("RHT not implemented on CUDA"), tequant::error);
-    return true;
-  }
-  return false;
-}
-
-}  // namespace
-
 #define DEVICE_CASE_TEMPLATE(name, T, ...) TEST_CASE_TEMPLATE("device: " name * doctest::skip(cuda_test::no_device()), T, __VA_ARGS__)
 
 TEST_CASE_TEMPLATE("nvcc host: the NVFP4 kernels' block functions equal host_backend byte for byte", T, float,
@@ -158,11 +138,26 @@ TEST_CASE_TEMPLATE("nvcc host: the NVFP4 kernels' block functions equal host_bac
   nvfp4_cases::check_blocks_match_host<T>();
 }
 
-TEST_CASE("nvcc host: NVFP4 casts asking for the random Hadamard transform are refused on cuda_backend") {
-  CHECK(tequant::detail::nvfp4_asks_rht(options_with_rht{}));
-  CHECK_FALSE(tequant::detail::nvfp4_asks_rht(options_with_rht{false}));
-  CHECK_FALSE(tequant::detail::nvfp4_asks_rht(tequant::nvfp4_options{}));
-  if (!check_rht_refused(tequant::nvfp4_options{})) MESSAGE("nvfp4_options has no columnwise_rht in this build");
+TEST_CASE("nvcc host: NVFP4 RHT argument errors on cuda_backend are host_backend's, raised before device work") {
+  const tequant::cuda_backend db;  // no device needed: the checks come first
+  const tequant::host_backend hb;
+  std::vector<float> x(18 * 16, 1.0f), g(1), out(18 * 16);
+  std::vector<std::uint8_t> data(18 * 8), scale(128 * 4);
+  const tequant::nvfp4_output col{{}, {}, {}, data, scale, g};
+  const tequant::nvfp4_options rht{false, nullptr, 0, true}, rht_2d{true, nullptr, 0, true};
+  const tequant::matrix_view<const float> rows18{x.data(), 18, 16}, rows16{x.data(), 16, 16};
+  const tequant::nvfp4_output col16{{}, {}, {}, std::span(data).first(128), scale, g};
+  for (const char* want : {"rows must be a multiple of 16", "for 1D-scaled tensors"}) {
+    const bool rows = want[0] == 'r';
+    CHECK_THROWS_WITH_AS(db.quantize_nvfp4(rows ? rows18 : rows16, rows ? rht : rht_2d, rows ? col : col16),
+                         doctest::Contains(want), tequant::error);
+    CHECK_THROWS_WITH_AS(hb.quantize_nvfp4(rows ? rows18 : rows16, rows ? rht : rht_2d, rows ? col : col16),
+                         doctest::Contains(want), tequant::error);
+  }
+  CHECK_THROWS_WITH_AS(db.dequantize_nvfp4(data, 18, 16, true, scale, g, out, true),
+                       doctest::Contains("rows must be a multiple of 16"), tequant::error);
+  CHECK_THROWS_WITH_AS(hb.dequantize_nvfp4(data, 18, 16, true, scale, g, out, true),
+                       doctest::Contains("rows must be a multiple of 16"), tequant::error);
 }
 
 TEST_CASE("nvcc host: NVFP4 argument errors on cuda_backend are host_backend's, raised before device work") {
@@ -209,10 +204,15 @@ DEVICE_CASE_TEMPLATE("large NVFP4 casts on cuda_backend equal host_backend byte 
   unsigned seed = 1000;
   for (const bool tile_2d : {false, true})
     for (const bool sr : {false, true}) {
-      const nvfp4_cases::cast_case c{1000, 1030, seed++, true, 0, tile_2d, sr, true, true, sr ? (std::uint64_t{1} << 40) + 3 : 0};
+      const nvfp4_cases::cast_case c{1000, 1030, seed++, true, 0, tile_2d, sr, true, true, sr ? (std::uint64_t{1} << 40) + 3 : 0, false};
       CAPTURE(c.name());
       check_device_case(db, c, nvfp4_cases::inputs_as<T>(nvfp4_cases::input_of(c)));
     }
+  for (const bool sr : {false, true}) {  // the random Hadamard transform: 63 groups a column
+    const nvfp4_cases::cast_case c{1008, 1030, seed++, true, 0, false, sr, true, true, sr ? (std::uint64_t{1} << 40) + 3 : 0, true};
+    CAPTURE(c.name());
+    check_device_case(db, c, nvfp4_cases::inputs_as<T>(nvfp4_cases::input_of(c)));
+  }
 }
 
 // Two stochastic casts in a row through plans, as a training step does: the second continues the
@@ -269,56 +269,60 @@ TEST_CASE("nvcc host: an NVFP4 manager on cuda_backend plans as on host_backend 
 }
 
 // Training steps through two managers, one per backend: forward input and 2D weight casts, stochastic
-// gradient casts; every cast's bytes and every stream position agree.
+// gradient casts, with and without the random Hadamard transform of the columnwise copies; every cast's
+// bytes and every stream position agree.
 DEVICE_CASE_TEMPLATE("NVFP4 training steps through the manager on cuda_backend equal host_backend", T, float,
                      tequant::bf16) {
   test_stream s;
   const tequant::cuda_backend db{s.s};
   const tequant::host_backend hb;
-  // cuda_backend has no random Hadamard transform (TE's default, and the recipe's): both without it.
-  tequant::nvfp4_params p;
-  p.random_hadamard_transform = false;
-  nvfp4_manager<tequant::cuda_backend> dm(p, {}, {}, db);
-  nvfp4_manager<tequant::host_backend> hm(p, {}, {}, hb);
-  const auto d = dm.register_module("lin"), h = hm.register_module("lin");
-  const std::size_t M = 48, K = 80;
-  tequant::quantized_tensor<tequant::cuda_backend> dq;
-  tequant::quantized_tensor<tequant::host_backend> hq;
-  const auto cast_both = [&](const std::vector<T>& x, const tequant::cast_plan& dp, const tequant::cast_plan& hp) {
-    auto xd = backend_suite::upload(db, x);
-    dq.prepare(db, dp, M, K);
-    hq.prepare(hb, hp, M, K);
-    db.quantize(tequant::matrix_view<const T>{xd.data(), M, K}, dp, dq.output());
-    hb.quantize(tequant::matrix_view<const T>{x.data(), M, K}, hp, hq.output());
-    const auto o = dq.output(), want = hq.output();
-    CHECK(to_host(db, o.rowwise_data.data(), o.rowwise_data.size()) ==
-          std::vector<std::uint8_t>(want.rowwise_data.begin(), want.rowwise_data.end()));
-    CHECK(to_host(db, o.columnwise_data.data(), o.columnwise_data.size()) ==
-          std::vector<std::uint8_t>(want.columnwise_data.begin(), want.columnwise_data.end()));
-    CHECK(to_host(db, o.rowwise_block_scale.data(), o.rowwise_block_scale.size()) ==
-          std::vector<std::uint8_t>(want.rowwise_block_scale.begin(), want.rowwise_block_scale.end()));
-    CHECK(to_host(db, o.columnwise_block_scale.data(), o.columnwise_block_scale.size()) ==
-          std::vector<std::uint8_t>(want.columnwise_block_scale.begin(), want.columnwise_block_scale.end()));
-  };
-  unsigned seed = 300;
-  for (int step = 0; step < 3; ++step) {
-    CAPTURE(step);
-    {
-      auto ac = dm.autocast();
-      auto hac = hm.autocast();
-      for (const auto role : {tequant::forward_role::input, tequant::forward_role::weight})
-        cast_both(nvfp4_cases::inputs_as<T>(nvfp4_cases::values(M * K, seed++, false)), dm.plan_cast(dm.slot(d, role)),
-                  hm.plan_cast(hm.slot(h, role)));
-    }
-    {
-      auto scope = dm.backward_scope();
-      auto hscope = hm.backward_scope();
-      for (const auto role : {tequant::backward_role::grad_output, tequant::backward_role::grad_input}) {
-        const auto dp = dm.plan_cast(dm.slot(d, role));
-        const auto hp = hm.plan_cast(hm.slot(h, role));
-        REQUIRE(dp.rng_offset != nullptr);
-        cast_both(nvfp4_cases::inputs_as<T>(nvfp4_cases::values(M * K, seed++, true)), dp, hp);
-        CHECK(*dp.rng_offset == *hp.rng_offset);
+  for (const bool rht : {true, false}) {  // TE's default (and the recipe's) first
+    CAPTURE(rht);
+    tequant::nvfp4_params p;
+    p.random_hadamard_transform = rht;  // on: the columnwise copies of inputs and gradients transformed
+    nvfp4_manager<tequant::cuda_backend> dm(p, {}, {}, db);
+    nvfp4_manager<tequant::host_backend> hm(p, {}, {}, hb);
+    const auto d = dm.register_module("lin"), h = hm.register_module("lin");
+    const std::size_t M = 48, K = 80;
+    tequant::quantized_tensor<tequant::cuda_backend> dq;
+    tequant::quantized_tensor<tequant::host_backend> hq;
+    const auto cast_both = [&](const std::vector<T>& x, const tequant::cast_plan& dp, const tequant::cast_plan& hp) {
+      auto xd = backend_suite::upload(db, x);
+      dq.prepare(db, dp, M, K);
+      hq.prepare(hb, hp, M, K);
+      db.quantize(tequant::matrix_view<const T>{xd.data(), M, K}, dp, dq.output());
+      hb.quantize(tequant::matrix_view<const T>{x.data(), M, K}, hp, hq.output());
+      const auto o = dq.output(), want = hq.output();
+      CHECK(to_host(db, o.rowwise_data.data(), o.rowwise_data.size()) ==
+            std::vector<std::uint8_t>(want.rowwise_data.begin(), want.rowwise_data.end()));
+      CHECK(to_host(db, o.columnwise_data.data(), o.columnwise_data.size()) ==
+            std::vector<std::uint8_t>(want.columnwise_data.begin(), want.columnwise_data.end()));
+      CHECK(to_host(db, o.rowwise_block_scale.data(), o.rowwise_block_scale.size()) ==
+            std::vector<std::uint8_t>(want.rowwise_block_scale.begin(), want.rowwise_block_scale.end()));
+      CHECK(to_host(db, o.columnwise_block_scale.data(), o.columnwise_block_scale.size()) ==
+            std::vector<std::uint8_t>(want.columnwise_block_scale.begin(), want.columnwise_block_scale.end()));
+    };
+    unsigned seed = 300;
+    for (int step = 0; step < 3; ++step) {
+      CAPTURE(step);
+      {
+        auto ac = dm.autocast();
+        auto hac = hm.autocast();
+        for (const auto role : {tequant::forward_role::input, tequant::forward_role::weight})
+          cast_both(nvfp4_cases::inputs_as<T>(nvfp4_cases::values(M * K, seed++, false)), dm.plan_cast(dm.slot(d, role)),
+                    hm.plan_cast(hm.slot(h, role)));
+        CHECK(dm.plan_cast(dm.slot(d, tequant::forward_role::input)).columnwise_rht == rht);
+      }
+      {
+        auto scope = dm.backward_scope();
+        auto hscope = hm.backward_scope();
+        for (const auto role : {tequant::backward_role::grad_output, tequant::backward_role::grad_input}) {
+          const auto dp = dm.plan_cast(dm.slot(d, role));
+          const auto hp = hm.plan_cast(hm.slot(h, role));
+          REQUIRE(dp.rng_offset != nullptr);
+          cast_both(nvfp4_cases::inputs_as<T>(nvfp4_cases::values(M * K, seed++, true)), dp, hp);
+          CHECK(*dp.rng_offset == *hp.rng_offset);
+        }
       }
     }
   }
@@ -365,18 +369,21 @@ TEST_CASE("device: the NVFP4 formulas and Philox give the host's bits" * doctest
 }
 
 // The cast enqueues without a host synchronisation, so it can be captured into a CUDA graph; a replay
-// on new input gives the host's bytes for that input. The stochastic stream position is read when the
-// cast is enqueued (host memory), so a captured stochastic cast draws the same bits at every replay.
+// on new input gives the host's bytes for that input (with the random Hadamard transform too). The
+// stochastic stream position is read when the cast is enqueued (host memory), so a captured stochastic
+// cast draws the same bits at every replay.
 DEVICE_CASE_TEMPLATE("an NVFP4 cast captured in a CUDA graph replays with the host's bytes", T, float, tequant::bf16) {
   test_stream s;
   const tequant::cuda_backend db{s.s};
   const tequant::host_backend hb;
   const std::size_t M = 64, K = 160;
-  for (const bool sr : {false, true}) {
-    CAPTURE(sr);
+  for (const int mode : {0, 1, 2}) {  // 2D tiles; stochastic; the random Hadamard transform (a memset too)
+    const bool sr = mode == 1;
+    CAPTURE(mode);
     std::uint64_t dev_offset = 8;
     tequant::cast_plan plan{nullptr, nullptr, tequant::fp8_dtype::e4m3, tequant::scaling_mode::nvfp4};
-    plan.tile_2d = !sr;
+    plan.tile_2d = mode == 0;
+    plan.columnwise_rht = mode == 2;
     plan.rng_seed = 3;
     plan.rng_offset = sr ? &dev_offset : nullptr;
     tequant::quantized_tensor<tequant::cuda_backend> dq;
@@ -409,6 +416,7 @@ DEVICE_CASE_TEMPLATE("an NVFP4 cast captured in a CUDA graph replays with the ho
       CHECK(to_host(db, d.columnwise_block_scale.data(), d.columnwise_block_scale.size()) ==
             std::vector<std::uint8_t>(h.columnwise_block_scale.begin(), h.columnwise_block_scale.end()));
       CHECK(nvfp4_cases::same_bits(to_host(db, d.rowwise_scale_inv.data(), 1), {h.rowwise_scale_inv[0]}));
+      CHECK(nvfp4_cases::same_bits(to_host(db, d.columnwise_scale_inv.data(), 1), {h.columnwise_scale_inv[0]}));
     }
     check(cudaGraphExecDestroy(exec), "cudaGraphExecDestroy");
     check(cudaGraphDestroy(graph), "cudaGraphDestroy");

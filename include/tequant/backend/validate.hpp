@@ -6,6 +6,7 @@
 
 #include "tequant/backend/layouts.hpp"
 #include "tequant/error.hpp"
+#include "tequant/format/hadamard.hpp"
 
 namespace tequant::detail {
 
@@ -127,6 +128,16 @@ inline scale_shape check_dequantize_block(std::size_t data, std::size_t M, std::
   require_size("dequantize_block", "scale_inv", scale_inv, ss.size(), "TE's block scale shape");
   require_size("dequantize_block", "out", out, M * K, "M*K");
   return ss;
+}
+
+/// Checks a transformed columnwise copy can be made or read: rows in whole 16-element groups, and no
+/// 2D tiles (TE transforms only the 1D-scaled inputs and gradients).
+inline void check_nvfp4_rht(const char* op, std::size_t M, bool tile_2d) {
+  require(M % hadamard_size == 0, op, ": the random Hadamard transform of the columnwise copy works on 16-row ",
+          "groups, so rows must be a multiple of 16 (got ", M, "); set nvfp4_params::random_hadamard_transform = false ",
+          "for this shape");
+  require(!tile_2d, op, ": the random Hadamard transform is for 1D-scaled tensors (TE applies it to inputs and ",
+          "gradients, never to 2D-tiled weights); the plan has both tile_2d and columnwise_rht");
 }
 
 }  // namespace tequant::detail

@@ -10,6 +10,8 @@
 #include <cstdint>
 
 #include "tequant/backend/layouts.hpp"
+#include "tequant/backend/validate.hpp"
+#include "tequant/detail/nvfp4_rht_blocks.hpp"
 #include "tequant/error.hpp"
 #include "tequant/format/bits.hpp"
 #include "tequant/format/e2m1.hpp"
@@ -72,25 +74,11 @@ template <class T>
 void quantize_nvfp4_rht_host(matrix_view<const T> x, const nvfp4_options& opt, const nvfp4_output& o, bool row, bool col,
                              scale_shape rs, scale_shape cs);
 
-/// Checks a transformed columnwise copy can be made or read: rows in whole 16-element groups, and no
-/// 2D tiles (TE transforms only the 1D-scaled inputs and gradients).
-inline void check_nvfp4_rht(const char* op, std::size_t M, bool tile_2d) {
-  require(M % hadamard_size == 0, op, ": the random Hadamard transform of the columnwise copy works on 16-row ",
-          "groups, so rows must be a multiple of 16 (got ", M, "); set nvfp4_params::random_hadamard_transform = false ",
-          "for this shape");
-  require(!tile_2d, op, ": the random Hadamard transform is for 1D-scaled tensors (TE applies it to inputs and ",
-          "gradients, never to 2D-tiled weights); the plan has both tile_2d and columnwise_rht");
-}
-
 /// Undoes the transform of a dequantized columnwise copy out [M, K] in place: each column's 16-row
-/// groups times M^T, in fp32.
+/// groups times M^T, in fp32 (the CUDA inverse kernel's per-thread function, nvfp4_rht_inverse_group).
 inline void nvfp4_inverse_rht_host(float* out, std::size_t M, std::size_t K) noexcept {
-  float y[hadamard_size];
-  for (std::size_t r0 = 0; r0 < M; r0 += hadamard_size)
-    for (std::size_t k = 0; k < K; ++k) {
-      for (std::uint32_t c = 0; c < hadamard_size; ++c) y[c] = out[(r0 + c) * K + k];
-      for (std::uint32_t r = 0; r < hadamard_size; ++r) out[(r0 + r) * K + k] = hadamard_inverse_row(y, r);
-    }
+  for (std::size_t mb = 0; mb < M / hadamard_size; ++mb)
+    for (std::size_t k = 0; k < K; ++k) nvfp4_rht_inverse_group(out, K, k, mb);
 }
 
 /// Code `e` of packed E2M1 data (two a byte, the lower nibble first).

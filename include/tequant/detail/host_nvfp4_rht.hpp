@@ -7,7 +7,8 @@
 // values (NaN ignored, as the amax kernel's bf16 max); per block scale = e4m3((block_amax / 6) * S_enc)
 // (the fused kernel divides, where the plain kernel multiplies by S_enc * (1/6)), with a NaN in the
 // block propagating into its amax (cutlass's NaN-propagating absolute-max reduction) and so into the
-// scale (0x7F) and the multiplier.
+// scale (0x7F) and the multiplier. The per-group transform and the per-block scale and codes are the
+// __host__ __device__ functions of detail/nvfp4_rht_blocks.hpp, which the CUDA kernels run too.
 #pragma once
 #include <algorithm>
 #include <cstddef>
@@ -16,8 +17,10 @@
 #include <vector>
 
 #include "tequant/backend/layouts.hpp"
+#include "tequant/backend/validate.hpp"
 #include "tequant/detail/host_kernels.hpp"
 #include "tequant/detail/host_nvfp4.hpp"
+#include "tequant/detail/nvfp4_rht_blocks.hpp"
 #include "tequant/error.hpp"
 #include "tequant/format/bits.hpp"
 #include "tequant/format/e2m1.hpp"
@@ -33,37 +36,9 @@ template <class T>
 std::vector<float> nvfp4_rht_columns(matrix_view<const T> x) {
   const std::size_t M = x.rows, K = x.cols;
   std::vector<float> t(M * K);
-  float group[hadamard_size];
   for (std::size_t r0 = 0; r0 < M; r0 += hadamard_size)
-    for (std::size_t k = 0; k < K; ++k) {
-      for (std::uint32_t r = 0; r < hadamard_size; ++r) group[r] = widen(x.data[(r0 + r) * K + k]);
-      float* out = t.data() + k * M + r0;
-      for (std::uint32_t c = 0; c < hadamard_size; ++c) out[c] = hadamard_column(group, c);
-    }
+    for (std::size_t k = 0; k < K; ++k) nvfp4_rht_group(x.data + r0 * K + k, K, t.data() + k * M + r0);
   return t;
-}
-
-/// The fused kernel's block scale: e4m3((block_amax / 6) * S_enc), saturating; NaN gives 0x7F.
-constexpr std::uint8_t nvfp4_rht_block_scale(float block_amax, float global_encode_scale) noexcept {
-  return encode_e4m3(div_rn(block_amax, e2m1_max) * global_encode_scale);
-}
-
-/// The fused kernel's multiplier: 1 / (scale * S_dec), capped at FLT_MAX with NaN kept (a NaN scale
-/// makes every code of its block NaN's +6).
-constexpr float nvfp4_rht_block_multiplier(std::uint8_t block_scale, float global_decode_scale) noexcept {
-  const float m = div_rn(1.0f, decode_e4m3(block_scale) * global_decode_scale);
-  return m > float_max ? float_max : m;
-}
-
-/// Max |v| of n values with NaN propagating (any NaN gives NaN).
-inline float nan_propagating_amax(const float* v, std::size_t n) noexcept {
-  float a = 0.0f;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (is_nan(v[i])) return v[i];
-    const float m = v[i] < 0.0f ? -v[i] : v[i];
-    a = m > a ? m : a;
-  }
-  return a;
 }
 
 /// The columnwise copy with the transform. Stochastic when `sr`: element e = k*M + m draws word e of
@@ -73,24 +48,15 @@ void quantize_nvfp4_columnwise_rht_host(matrix_view<const T> x, const nvfp4_outp
                                         std::uint64_t seed, std::uint64_t first_group) {
   const std::size_t M = x.rows, K = x.cols;
   const std::vector<float> t = nvfp4_rht_columns(x);
-  const float s_enc = nvfp4_global_encode_scale(amax_host(t.data(), t.size()));
-  const float s_dec = div_rn(1.0f, s_enc);
+  const nvfp4_tensor_scales s = nvfp4_scales_from_amax(amax_host(t.data(), t.size()));
   std::memset(o.columnwise_scale.data(), 0, o.columnwise_scale.size());
-  o.columnwise_global_scale_inv[0] = s_dec;
+  o.columnwise_global_scale_inv[0] = s.decode;
   nvfp4_random rnd(seed, first_group);
   for (std::size_t k = 0; k < K; ++k)
     for (std::size_t mb = 0; mb < M / nvfp4_block; ++mb) {
       const std::size_t e0 = k * M + mb * nvfp4_block;
-      const float* v = t.data() + e0;
-      const std::uint8_t code = nvfp4_rht_block_scale(nan_propagating_amax(v, nvfp4_block), s_enc);
-      o.columnwise_scale[k * cs.cols + mb] = code;
-      const float mult = nvfp4_rht_block_multiplier(code, s_dec);
-      for (std::size_t i = 0; i < nvfp4_block; i += 2) {
-        const float lo = v[i] * mult, hi = v[i + 1] * mult;
-        const std::uint8_t c0 = sr ? encode_e2m1_stochastic(lo, rnd(e0 + i)) : encode_e2m1(lo);
-        const std::uint8_t c1 = sr ? encode_e2m1_stochastic(hi, rnd(e0 + i + 1)) : encode_e2m1(hi);
-        o.columnwise_data[(e0 + i) / 2] = static_cast<std::uint8_t>(c0 | (c1 << 4));
-      }
+      o.columnwise_scale[k * cs.cols + mb] =
+          nvfp4_rht_encode_block(t.data() + e0, s, o.columnwise_data.data(), e0, sr ? &rnd : nullptr);
     }
 }
 

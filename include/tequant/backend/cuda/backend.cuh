@@ -33,6 +33,7 @@
 #include "tequant/format/bits.hpp"
 #include "tequant/format/formats.hpp"
 #include "tequant/format/fp8.hpp"
+#include "tequant/format/hadamard.hpp"
 #include "tequant/format/half.hpp"
 #include "tequant/policy.hpp"
 #include "tequant/recipe/delayed_state.hpp"
@@ -60,15 +61,6 @@ constexpr float cuda_input_type_max() noexcept {
   if constexpr (std::is_same_v<T, bf16>) return bits_float(0x7F7F0000u);  // 0x1.FEp127
   else if constexpr (std::is_same_v<T, fp16>) return 65504.0f;
   else return float_max;
-}
-
-/// Whether NVFP4 options ask for the columnwise random Hadamard transform (a field of nvfp4_options on
-/// builds where host_backend implements it). The CUDA kernels do not, so cuda_backend refuses such a
-/// cast instead of silently casting without the transform.
-template <class Options>
-constexpr bool nvfp4_asks_rht(const Options& o) noexcept {
-  if constexpr (requires { o.columnwise_rht; }) return static_cast<bool>(o.columnwise_rht);
-  else return false;
 }
 
 }  // namespace detail
@@ -355,28 +347,30 @@ class cuda_backend {
   /// NVFP4 as host_backend::quantize_nvfp4, byte for byte: S_enc = 448*6 / amax(x), an E4M3 scale per
   /// 1x16 / 16x1 block (16x16 tile with opt.tile_2d), E2M1 codes two a byte, columnwise data the
   /// transpose [K, M]; stochastic rounding from the same Philox stream as the host when opt.rng_offset
-  /// is set (a host pointer, advanced here like the host does). Padding written as 0. Scratch for the
-  /// amax (and tile codes) is stream-ordered (cudaMallocAsync), so the cast needs no host synchronisation.
-  /// No random Hadamard transform: options asking for it are a tequant::error.
+  /// is set (a host pointer, advanced here like the host does). Padding written as 0. With
+  /// opt.columnwise_rht the columnwise copy is cast from TE's 16x16 random Hadamard transform of each
+  /// column's 16-row groups (rows a multiple of 16, no tile_2d): an amax pass over the transformed values,
+  /// then the cast, both through the host's per-group functions. Scratch for the amaxes (and tile codes)
+  /// is stream-ordered (cudaMallocAsync), so the cast needs no host synchronisation.
   template <class T>
     requires detail::is_quantizable_input<T>
   void quantize_nvfp4(matrix_view<const T> x, const nvfp4_options& opt, const nvfp4_output& o) const {
-    detail::require(!detail::nvfp4_asks_rht(opt),
-                    "cuda_backend::quantize_nvfp4: RHT not implemented on CUDA (the cast asks for the columnwise random "
-                    "Hadamard transform); use host_backend or nvfp4_params::random_hadamard_transform = false");
     const auto [empty, row, col, rs, cs] = detail::check_quantize_nvfp4(x.rows, x.cols, x.data, o);
     if (empty) return;
+    const bool rht = col && opt.columnwise_rht;
+    if (rht) detail::check_nvfp4_rht("quantize_nvfp4", x.rows, opt.tile_2d);
     const std::size_t M = x.rows, K = x.cols, n = M * K;
     const std::size_t MB = detail::ceil_div(M, nvfp4_block), KB = detail::ceil_div(K, nvfp4_block);
     detail::nvfp4_cast_args a = detail::nvfp4_make_cast_args(x.data, M, K, opt, o, rs, cs);
     const std::size_t tiles = opt.tile_2d ? MB * KB : 0;
-    void* scratch = nullptr;  // the amax (a float), then the tile codes
-    detail::check(cudaMallocAsync(&scratch, sizeof(float) + tiles, stream_), "cudaMallocAsync(quantize_nvfp4 scratch)");
+    void* scratch = nullptr;  // the amax (a float), the transformed amax's key (an unsigned), the tile codes
+    constexpr std::size_t tiles_at = sizeof(float) + sizeof(unsigned);
+    detail::check(cudaMallocAsync(&scratch, tiles_at + tiles, stream_), "cudaMallocAsync(quantize_nvfp4 scratch)");
     try {
       float* amax_d = static_cast<float*>(scratch);
-      amax(x.data, n, amax_d);  // NaN ignored, as the host's pass 1
+      if (row || !rht) amax(x.data, n, amax_d);  // NaN ignored, as the host's pass 1
       if (opt.tile_2d) {
-        a.tile_scale = static_cast<std::uint8_t*>(scratch) + sizeof(float);
+        a.tile_scale = static_cast<std::uint8_t*>(scratch) + tiles_at;
         detail::nvfp4_tile_kernel<T><<<grid_for(tiles), detail::nvfp4_threads, 0, stream_>>>(a, amax_d);
         detail::check_launch("nvfp4_tile_kernel");
       }
@@ -386,7 +380,17 @@ class cuda_backend {
             a, amax_d, o.rowwise_global_scale_inv.data());
         detail::check_launch("nvfp4_rowwise_kernel");
       }
-      if (col) {
+      if (rht) {
+        zero_padding(a.col_scale, cs.size(), MB * K);
+        auto* key_d = reinterpret_cast<unsigned*>(static_cast<std::uint8_t*>(scratch) + sizeof(float));
+        detail::check(cudaMemsetAsync(key_d, 0, sizeof(unsigned), stream_), "cudaMemsetAsync(quantize_nvfp4 amax)");
+        const std::size_t groups = detail::nvfp4_rht_groups(a);
+        detail::nvfp4_rht_amax_kernel<T><<<grid_for(groups), detail::nvfp4_threads, 0, stream_>>>(a, key_d);
+        detail::check_launch("nvfp4_rht_amax_kernel");
+        detail::nvfp4_rht_columnwise_kernel<T><<<grid_for(groups), detail::nvfp4_threads, 0, stream_>>>(
+            a, key_d, o.columnwise_global_scale_inv.data());
+        detail::check_launch("nvfp4_rht_columnwise_kernel");
+      } else if (col) {
         zero_padding(a.col_scale, cs.size(), MB * K);
         detail::nvfp4_columnwise_kernel<T><<<grid_for(MB * K), detail::nvfp4_threads, 0, stream_>>>(
             a, amax_d, o.columnwise_global_scale_inv.data());
@@ -400,17 +404,29 @@ class cuda_backend {
     detail::nvfp4_advance_stream(a, opt);
   }
 
+  /// This backend has the random Hadamard transform of NVFP4's columnwise copies (plan_dispatch asks).
+  static constexpr bool has_nvfp4_rht = true;
+
   /// Dequantizes one direction of NVFP4 data into out [M, K] (columnwise data is [K, M]); see host_backend.
+  /// With `columnwise_rht`, columnwise data was cast from the transform and is transformed back (fp32,
+  /// the host's per-group function).
   void dequantize_nvfp4(std::span<const std::uint8_t> q, std::size_t M, std::size_t K, bool columnwise,
                         std::span<const std::uint8_t> scale, std::span<const float> global_scale_inv,
-                        std::span<float> out) const {
+                        std::span<float> out, bool columnwise_rht = false) const {
     const scale_shape ss = detail::check_dequantize_nvfp4(q.size(), M, K, columnwise, scale.size(),
                                                           global_scale_inv.size(), out.size());
+    const bool inverse = columnwise && columnwise_rht;
+    if (inverse) detail::check_nvfp4_rht("dequantize_nvfp4", M, false);
     if (M * K == 0) return;
     const detail::nvfp4_dequantize_args a{q.data(), M, K, columnwise, scale.data(), ss.cols, global_scale_inv.data(),
                                           out.data()};
     detail::nvfp4_dequantize_kernel<<<grid_for(M * K), detail::nvfp4_threads, 0, stream_>>>(a);
     detail::check_launch("nvfp4_dequantize_kernel");
+    if (inverse) {
+      detail::nvfp4_rht_inverse_kernel<<<grid_for(M / hadamard_size * K), detail::nvfp4_threads, 0, stream_>>>(
+          out.data(), M, K);
+      detail::check_launch("nvfp4_rht_inverse_kernel");
+    }
   }
 
  private:
