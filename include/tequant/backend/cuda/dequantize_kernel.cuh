@@ -28,6 +28,7 @@ struct dequantize_args {
 };
 
 /// Same index rules as host_backend::dequantize_*; columnwise block data is [K, M].
+template <int = 0>  // a template: several CUDA translation units of one program may include it
 __global__ void dequantize_kernel(dequantize_args a) {
   const std::size_t n = a.rows * a.cols;
   for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;

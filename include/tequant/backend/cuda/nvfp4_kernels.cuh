@@ -112,6 +112,7 @@ struct nvfp4_dequantize_args {
   float* out;
 };
 
+template <int = 0>  // a template: several CUDA translation units of one program may include it
 __global__ void __launch_bounds__(nvfp4_threads) nvfp4_dequantize_kernel(nvfp4_dequantize_args a) {
   const float g = *a.global_scale_inv;
   for (std::size_t i = grid_first(); i < a.rows * a.cols; i += grid_stride()) {
@@ -122,6 +123,7 @@ __global__ void __launch_bounds__(nvfp4_threads) nvfp4_dequantize_kernel(nvfp4_d
 
 /// The inverse transform of a dequantized columnwise copy out [rows, cols] (rows a multiple of 16), in
 /// place: thread t undoes column t % cols of group t / cols.
+template <int = 0>  // a template: several CUDA translation units of one program may include it
 __global__ void __launch_bounds__(nvfp4_threads) nvfp4_rht_inverse_kernel(float* out, std::size_t rows, std::size_t cols) {
   for (std::size_t t = grid_first(); t < rows / hadamard_size * cols; t += grid_stride()) {
     nvfp4_rht_inverse_group(out, cols, t % cols, t / cols);

@@ -106,6 +106,7 @@ struct scale_kernel_args {
   bool power_2;
 };
 
+template <int = 0>  // a template: several CUDA translation units of one program may include it
 __global__ void scale_from_amax_kernel(scale_kernel_args a) {
   const float s = scale_from_amax(*a.amax, a.fp8_max, a.power_2, a.epsilon, a.value_for_inf);
   *a.scale = s;
@@ -113,6 +114,7 @@ __global__ void scale_from_amax_kernel(scale_kernel_args a) {
 }
 
 /// *p = fmax(*p, v) for one value (the host-side record of an amax observed elsewhere).
+template <int = 0>  // a template: several CUDA translation units of one program may include it
 __global__ void max_accumulate_kernel(float* p, float v) { *p = nan_ignoring_max(*p, v); }
 
 template <class T>
