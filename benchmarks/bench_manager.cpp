@@ -75,6 +75,10 @@ template <bool Casts>
     be.quantize_tensor(t.x.data(), t.x.size(), scale, d, t.q.data(), &scale_inv, amax);
     benchmark::DoNotOptimize(t.q.data());
   } else {
+    // The plan's scale and dtype are what a module's kernel would read: both sides must produce them
+    // (without this the compiler drops them from the twin's loop and from the manager's plan alike).
+    benchmark::DoNotOptimize(scale);
+    benchmark::DoNotOptimize(d);
     be.max_accumulate(amax, synthetic);
   }
 }
