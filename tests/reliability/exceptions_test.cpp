@@ -195,8 +195,8 @@ TEST_CASE("misuse raises tequant errors and leaves the state bit-identical (stro
     CHECK_TEQUANT_ERROR((void)r.m.plan_cast(tequant::slot_id{other(b.dir), b.bucket, b.index}), "does not belong");
     CHECK_TEQUANT_ERROR((void)r.m.plan_cast(tequant::slot_id{f.dir, f.bucket, 1u << 30}), "does not belong");
     CHECK_TEQUANT_ERROR((void)r.m.plan_cast(tequant::slot_id{b.dir, b.bucket, 1u << 30}), "does not belong");
-    CHECK_TEQUANT_ERROR((void)r.m.plan_cast(tequant::slot_id{static_cast<tequant::direction>(2), f.bucket, f.index}),
-                        "does not belong");
+    CHECK_TEQUANT_ERROR((void)r.m.plan_cast(tequant::slot_id{static_cast<tequant::direction>(2), b.bucket, b.index}),
+                        "does not belong");  // would pass as a backward slot without the direction compare
     CHECK_TEQUANT_ERROR((void)r.m.scale(tequant::slot_id{static_cast<tequant::direction>(2), b.bucket, b.index}),
                         "does not belong");
     CHECK_TEQUANT_ERROR((void)r.m.staging_amax(tequant::slot_id{other(f.dir), f.bucket, f.index}), "does not belong");
