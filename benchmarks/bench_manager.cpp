@@ -167,7 +167,7 @@ class by_hand_case {
       for (int k = 0; k < 2; ++k) bwd_slot_.push_back(bwd_.add_slot());
     }
     // Pointers taken once, as a hand-written trainer would: no per-cast bounds check. The manager's
-    // plan_cast does check that the slot belongs to it (three compares): work the twin does not do.
+    // plan_cast does check that the slot belongs to it (two compares): work the twin does not do.
     fwd_scale_ = fwd_.scale_data();
     bwd_scale_ = bwd_.scale_data();
     fwd_staging_ = fwd_.staging().data();
