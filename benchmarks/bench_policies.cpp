@@ -32,11 +32,13 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <new>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -169,9 +171,11 @@ struct caster {
     }
   }
 
-  void operator()(cast_plan plan, int role, float amax) {
+  /// Casts role `role` of layer `layer` in step `step`. Without kernels, the synthetic amax is made
+  /// only where the plan records one (a replay's does not), on every side alike.
+  void operator()(cast_plan plan, int role, std::uint32_t step, std::uint32_t layer) {
     if (!kernels) {
-      if (plan.amax != nullptr) backend.max_accumulate(plan.amax, amax);
+      if (plan.amax != nullptr) backend.max_accumulate(plan.amax, synthetic_amax(step, layer, role));
       benchmark::DoNotOptimize(plan);
       return;
     }
@@ -314,7 +318,7 @@ class manager_step {
 
   void forward_layer(std::uint32_t i) {
     (void)m_.module_forward(mods_[i]);
-    for (int r = 0; r < 3; ++r) cast_(m_.plan_cast(fwd_[3 * i + static_cast<std::uint32_t>(r)]), r, synthetic_amax(step_, i, r));
+    for (int r = 0; r < 3; ++r) cast_(m_.plan_cast(fwd_[3 * i + static_cast<std::uint32_t>(r)]), r, step_, i);
   }
 
   void backward_layers() {
@@ -325,7 +329,7 @@ class manager_step {
         forward_layer(i);
       }
       for (int r = 0; r < 2; ++r)
-        cast_(m_.plan_cast(bwd_[2 * i + static_cast<std::uint32_t>(r)]), 3 + r, synthetic_amax(step_, i, 3 + r));
+        cast_(m_.plan_cast(bwd_[2 * i + static_cast<std::uint32_t>(r)]), 3 + r, step_, i);
       m_.request_backward_update();
     }
   }
@@ -368,7 +372,7 @@ class floor_step {
         } else {
           plan = twin_plan<R>(params_, direction::forward, k, nullptr, nullptr, rfwd_);
         }
-        cast_(plan, static_cast<int>(r), synthetic_amax(step_, i, static_cast<int>(r)));
+        cast_(plan, static_cast<int>(r), step_, i);
       }
     if constexpr (scale_state<R>) fwd_.update(typename R::algo_type{}, R::update_args(params_, direction::forward));
     else if constexpr (stateful<R>) R::update(params_, direction::forward, std::span<twin_state<R>>(&rfwd_, 1));
@@ -378,7 +382,7 @@ class floor_step {
         for (std::uint32_t r = 0; r < 3; ++r) {
           cast_plan plan = twin_plan<R>(params_, direction::forward, 3 * i + r, nullptr, nullptr, rfwd_);
           if constexpr (scale_state<R>) plan.scale = &snap_[3 * i + r];
-          cast_(plan, static_cast<int>(r), 0.0f);
+          cast_(plan, static_cast<int>(r), step_, i);
         }
       }
       for (std::uint32_t r = 0; r < 2; ++r) {
@@ -389,7 +393,7 @@ class floor_step {
                               rbwd_);
         else
           plan = twin_plan<R>(params_, direction::backward, k, nullptr, nullptr, rbwd_);
-        cast_(plan, 3 + static_cast<int>(r), synthetic_amax(step_, i, 3 + static_cast<int>(r)));
+        cast_(plan, 3 + static_cast<int>(r), step_, i);
       }
       pending_ = true;
     }
@@ -475,7 +479,7 @@ class te_step {
       for (std::uint32_t r = 0; r < 2; ++r) {
         cast_plan plan = twin_plan<R>(params_, direction::backward, r, m.bwd.scale.data() + r, m.bwd.staging(r),
                                       rbwd_);
-        cast_(plan, 3 + static_cast<int>(r), synthetic_amax(step_, i, 3 + static_cast<int>(r)));
+        cast_(plan, 3 + static_cast<int>(r), step_, i);
       }
       st_.end_backward(i);  // the owner (layer 0, last in backward) runs the backward update
     }
@@ -491,7 +495,7 @@ class te_step {
     auto& m = st_.module(i);
     for (std::uint32_t r = 0; r < 3; ++r) {
       cast_plan plan = twin_plan<R>(params_, direction::forward, r, m.fwd.scale.data() + r, m.fwd.staging(r), rfwd_);
-      cast_(plan, static_cast<int>(r), synthetic_amax(step_, i, static_cast<int>(r)));
+      cast_(plan, static_cast<int>(r), step_, i);
     }
     st_.end_forward(i);
   }
@@ -533,6 +537,26 @@ void run_case(benchmark::State& state, std::uint32_t layers, bool kernels, bool 
     state.SkipWithError("outstanding snapshots at the end of the forward differ from the number of layers");
 }
 
+/// `bench_policies --steps=N --case=NAME` runs N steady-state steps of one case and nothing else, for
+/// instruction counts under callgrind (two runs of different N: the difference is per step).
+struct step_runner {
+  std::string name;
+  int (*run)(std::uint32_t layers, bool kernels, long steps);
+  std::uint32_t layers;
+  bool kernels;
+};
+std::vector<step_runner>& step_runners() {
+  static std::vector<step_runner> r;
+  return r;
+}
+template <class Step>
+int run_steps(std::uint32_t layers, bool kernels, long steps) {
+  Step s(layers, kernels);
+  s.step(nullptr);  // registration
+  for (long i = 0; i < steps; ++i) s.step(nullptr);
+  return 0;
+}
+
 double min_of(const std::vector<double>& v) { return v.empty() ? 0.0 : *std::min_element(v.begin(), v.end()); }
 
 template <class Step>
@@ -541,6 +565,7 @@ void add(const std::string& name, std::uint32_t layers, bool kernels, bool state
                                [=](benchmark::State& st) { run_case<Step>(st, layers, kernels, stateful, snapshots); })
       ->Unit(benchmark::kMicrosecond)
       ->ComputeStatistics("min", min_of);
+  step_runners().push_back({name, &run_steps<Step>, layers, kernels});
 }
 
 template <class R, recompute C>
@@ -595,6 +620,14 @@ int main(int argc, char** argv) {
   add_recipe<nvfp4_scaling>();
   add_user_policies<recompute::none>();
   add_user_policies<recompute::stacked>();
+  if (argc == 3 && std::string_view(argv[1]).starts_with("--steps=") && std::string_view(argv[2]).starts_with("--case=")) {
+    const long steps = std::atol(argv[1] + 8);
+    const std::string_view name = argv[2] + 7;
+    for (const auto& c : step_runners())
+      if (name == c.name) return c.run(c.layers, c.kernels, steps);
+    std::fprintf(stderr, "bench_policies: no case '%.*s'\n", static_cast<int>(name.size()), name.data());
+    return 2;
+  }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

@@ -36,6 +36,14 @@
 #  define TEQUANT_HOST_AVX2_BASELINE 0
 #endif
 
+// The cast path (plan_cast) inlines into the module's code whatever the compiler's size heuristics say:
+// its fast path is a few instructions, and a call would copy the 64-byte cast_plan out.
+#if defined(__GNUC__) || defined(__clang__)
+#  define TEQUANT_ALWAYS_INLINE [[gnu::always_inline]] inline
+#else
+#  define TEQUANT_ALWAYS_INLINE inline
+#endif
+
 #define TEQUANT_VERSION_MAJOR 0
 #define TEQUANT_VERSION_MINOR 2
 #define TEQUANT_VERSION_PATCH 0

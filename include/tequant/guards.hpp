@@ -75,17 +75,19 @@ class [[nodiscard]] frame_guard {
       : m_(std::exchange(o.m_, nullptr)), frame_(o.frame_), prev_enabled_(o.prev_enabled_), uncaught_(o.uncaught_) {}
   frame_guard& operator=(frame_guard&&) = delete;
   ~frame_guard() {
-    if (m_ != nullptr) m_->exit_frame(*frame_, prev_enabled_, std::uncaught_exceptions() > uncaught_);
+    if (m_ != nullptr) m_->exit_frame(*frame_, prev_enabled_, uncaught_ >= 0 && std::uncaught_exceptions() > uncaught_);
   }
 
  private:
   friend Manager;
-  frame_guard(Manager* m, Frame* f, bool prev_enabled) noexcept
-      : m_(m), frame_(f), prev_enabled_(prev_enabled), uncaught_(std::uncaught_exceptions()) {}
+  // `watch`: whether the exit must know if it runs during unwinding (else it reports "not unwinding"
+  // without asking the runtime, a call into libstdc++ on both ends).
+  frame_guard(Manager* m, Frame* f, bool prev_enabled, bool watch = true) noexcept
+      : m_(m), frame_(f), prev_enabled_(prev_enabled), uncaught_(watch ? std::uncaught_exceptions() : -1) {}
   Manager* m_;
   Frame* frame_;
   bool prev_enabled_;
-  int uncaught_;
+  int uncaught_;  // at construction, or -1: not watched
 };
 
 }  // namespace tequant

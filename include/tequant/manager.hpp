@@ -167,20 +167,25 @@ class quantization_manager {
   /// (outside an enabled region: high precision, nothing recorded) and the checkpoint frames (inside a
   /// replay: the original forward's scale, nothing recorded; inside a recording frame: its snapshot
   /// keeps what this cast uses). Backward casts belong to a forward that quantized.
-  cast_plan plan_cast(slot_id slot) {
-    table_.check(slot, "plan_cast");
-    cast_plan plan = recipe_.plan(slot);
+  TEQUANT_ALWAYS_INLINE cast_plan plan_cast(slot_id slot) {
+    // One branch on the direction first: below it the direction is a constant, so the slot check and
+    // the recipe's plan (its dtype) fold to the one direction.
     if (slot.dir == direction::forward) {
+      table_.check_in<direction::forward>(slot, "plan_cast");
+      const slot_id s{direction::forward, slot.bucket, slot.index};
+      cast_plan plan = recipe_.plan(s);
       if (!enabled_) [[unlikely]] {
         plan.enabled = false;
         plan.amax = nullptr;
         return plan;
       }
-      if (!frames_.empty())
-        plan = frames_.plan_forward(slot, plan, backend_, table_.slots(direction::forward), this,
-                                    [this](slot_id s) { return table_.describe(s); });
+      if (frames_.empty()) return plan;
+      // Returned as it comes (no copy of the 64-byte plan through a local).
+      return frames_.plan_forward(s, plan, backend_, table_.slots(direction::forward), this,
+                                  [this](slot_id x) { return table_.describe(x); });
     }
-    return plan;
+    table_.check_in<direction::backward>(slot, "plan_cast");  // also refuses a direction that does not exist
+    return recipe_.plan(slot_id{direction::backward, slot.bucket, slot.index});
   }
 
   /// A module backward says "a backward update is needed". Idempotent and thread-safe; on its common
@@ -248,9 +253,13 @@ class quantization_manager {
                   "tequant: checkpoint_forward() needs a Checkpoint policy that supports recompute "
                   "(stacked_recompute); this manager's Checkpoint (3rd argument of quantization_manager) has "
                   "no frame stack (no_recompute)");
-    if constexpr (recompute_stack<stack_part>)
-      frames_.open_forward(frame, grad_enabled() && inputs_need_grad, enabled_, this);
-    return frame_guard(this, &frame, enabled_);
+    if constexpr (recompute_stack<stack_part>) {
+      const bool active = grad_enabled() && inputs_need_grad;
+      frames_.open_forward(frame, active, enabled_, this);
+      return frame_guard(this, &frame, enabled_, active || !close_ignores_unwinding);
+    } else {
+      return frame_guard(this, &frame, enabled_);
+    }
   }
 
   /// Reopens `frame` for its replay: forward casts use exactly what its original forward used, under
@@ -268,7 +277,7 @@ class quantization_manager {
         flush_.replay_enter();
       }
       const bool recorded = frames_.open_replay(frame, this);
-      frame_guard g(this, &frame, enabled_);
+      frame_guard g(this, &frame, enabled_, !close_ignores_unwinding);
       enabled_ = recorded;
       return g;
     } else {
@@ -339,6 +348,11 @@ class quantization_manager {
     if constexpr (recompute_stack<stack_part>) frames_.close(frame, unwinding);
     enabled_ = prev_enabled;
   }
+
+  // Whether the frame stack's close() ignores `unwinding` except for recording frames (stacked_recompute's
+  // does): then guards of replays and inactive frames need not ask std::uncaught_exceptions().
+  static constexpr bool close_ignores_unwinding =
+      requires { requires stack_part::unwinding_matters_only_when_recording; };
 
   // (A part that failed its check has reported already: nothing more is asked of it.)
   static params_type validated(params_type p) {

@@ -2,6 +2,7 @@
 // The registered modules and their slots, grouped in buckets: the one bucket rule, shared by the
 // manager (registration, the cast path's checks, messages) and persistence (save, load, layout checks).
 #pragma once
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -78,7 +79,7 @@ class slot_table {
     // Room first, so that no step below throws on the table's side.
     modules_.reserve(modules_.size() + 1);
     buckets_.reserve(buckets_.size() + 2);
-    hot_.reserve(buckets_.size() + 2);
+    for (auto& l : limit_) l.reserve(buckets_.size() + 2);
     const std::uint32_t count[2] = {3 * num_gemms, 2 * num_gemms};
     const std::uint32_t group[2] = {groups.forward, groups.backward};
     for (int d = 0; d < 2; ++d) {
@@ -100,14 +101,14 @@ class slot_table {
         bucket_info info{dir, group[d], 0, {}};
         info.owners.reserve(count[d]);
         buckets_.push_back(std::move(info));
-        hot_.push_back({0, dir});
-        hot_count_ = static_cast<std::uint32_t>(hot_.size());
+        for (auto& l : limit_) l.push_back(0);
+        bucket_count_ = static_cast<std::uint32_t>(buckets_.size());
         try {
           state.add_bucket();
         } catch (...) {
           buckets_.pop_back();
-          hot_.pop_back();
-          hot_count_ = static_cast<std::uint32_t>(hot_.size());
+          for (auto& l : limit_) l.pop_back();
+          bucket_count_ = static_cast<std::uint32_t>(buckets_.size());
           if (d == 1) disown(base[0], count[0]);
           throw;
         }
@@ -123,7 +124,8 @@ class slot_table {
         }
         buckets_[b].owners.push_back((module << 32) | k);
         ++buckets_[b].slots;
-        ++hot_[b].slots;
+        ++limit_[d][b];
+        ++total_[static_cast<std::size_t>(d)];
       }
     }
     modules_.push_back({std::move(name), num_gemms, base[0], base[1]});
@@ -147,13 +149,24 @@ class slot_table {
     return s;
   }
 
-  /// The cast path's check that `s` belongs to this table: a few compares, the message out of line.
+  /// The cast path's check that `s` belongs to this table: its direction picks a dense array of
+  /// per-bucket slot counts (0 for the other direction's buckets), then one compare on the bucket and
+  /// one on the index; the message is out of line.
   void check(slot_id s, const char* where) const {
-    // The fields go to the message one by one: passing the struct made the cast path spill it.
-    if (s.bucket >= hot_count_) [[unlikely]]
+    if (s.dir == direction::forward)
+      check_in<direction::forward>(s, where);
+    else if (s.dir == direction::backward)
+      check_in<direction::backward>(s, where);
+    else [[unlikely]]
       bad_slot(s.dir, s.bucket, s.index, where);
-    const hot_bucket h = hot_.data()[s.bucket];
-    if (s.index >= h.slots || h.dir != s.dir) [[unlikely]]
+  }
+  /// The same where the caller expects direction D (plan_cast branches on the direction first, so
+  /// there the direction compare folds away): the bucket and the index, two compares.
+  template <direction D>
+  void check_in(slot_id s, const char* where) const {
+    // The fields go to the message one by one: passing the struct made the cast path spill it.
+    if (s.dir != D || s.bucket >= bucket_count_ || s.index >= limit_[static_cast<int>(D)].data()[s.bucket])
+        [[unlikely]]
       bad_slot(s.dir, s.bucket, s.index, where);
   }
 
@@ -172,10 +185,7 @@ class slot_table {
   }
 
   std::size_t slots(direction dir) const noexcept {
-    std::size_t n = 0;
-    for (const hot_bucket& h : hot_)
-      if (h.dir == dir) n += h.slots;
-    return n;
+    return total_[static_cast<std::size_t>(dir)];
   }
 
   /// What this rank believes the bucket of (dir, group) holds (comm/layout.hpp), or count 0.
@@ -264,16 +274,13 @@ class slot_table {
   void swap(slot_table& o) noexcept {
     modules_.swap(o.modules_);
     buckets_.swap(o.buckets_);
-    hot_.swap(o.hot_);
-    std::swap(hot_count_, o.hot_count_);
+    limit_[0].swap(o.limit_[0]);
+    limit_[1].swap(o.limit_[1]);
+    std::swap(bucket_count_, o.bucket_count_);
+    std::swap(total_, o.total_);
   }
 
  private:
-  struct hot_bucket {
-    std::uint32_t slots;
-    direction dir;
-  };
-
   static void check_gemm(const module_info& info, std::uint32_t gemm) {
     require(gemm < info.num_gemms, "slot: module '", info.name, "' has ", info.num_gemms, " GEMMs, asked for ", gemm);
   }
@@ -299,8 +306,11 @@ class slot_table {
 
   std::vector<module_info> modules_;
   std::vector<bucket_info> buckets_;
-  std::vector<hot_bucket> hot_;   // what the cast path's check reads, densely
-  std::uint32_t hot_count_ = 0;   // hot_.size(), so that the bounds check is one compare
+  // What the cast path's check reads, densely: per direction, each bucket's slot count if the bucket
+  // is of that direction, else 0 (so an index of the wrong direction fails the one index compare).
+  std::vector<std::uint32_t> limit_[2];
+  std::uint32_t bucket_count_ = 0;  // buckets_.size(), so that the bounds check is one compare
+  std::array<std::size_t, 2> total_{};  // slots per direction (what a frame stack sizes snapshots by)
 };
 
 }  // namespace detail

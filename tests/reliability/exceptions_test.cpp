@@ -182,6 +182,25 @@ TEST_CASE("misuse raises tequant errors and leaves the state bit-identical (stro
   CHECK_TEQUANT_ERROR((void)r.m.slot(tequant::module_handle{9}, tequant::forward_role::input), "not registered");
   CHECK_TEQUANT_ERROR((void)r.m.slot(r.model.h[0], tequant::forward_role::input, 1), "has 1 GEMMs");
   CHECK_TEQUANT_ERROR((void)r.m.plan_cast(tequant::slot_id{tequant::direction::forward, 7, 0}), "does not belong");
+  {
+    // The ownership check per direction: a real bucket and index under the other direction, an index
+    // past the bucket, a direction that does not exist (plan_cast's path and the general one).
+    const tequant::slot_id f = r.m.slot(r.model.h[0], tequant::forward_role::output);
+    const tequant::slot_id b = r.m.slot(r.model.h[0], tequant::backward_role::grad_input);
+    const auto other = [](tequant::direction d) {
+      return d == tequant::direction::forward ? tequant::direction::backward : tequant::direction::forward;
+    };
+    CHECK_NOTHROW((void)r.m.staging_amax(f));
+    CHECK_TEQUANT_ERROR((void)r.m.plan_cast(tequant::slot_id{other(f.dir), f.bucket, f.index}), "does not belong");
+    CHECK_TEQUANT_ERROR((void)r.m.plan_cast(tequant::slot_id{other(b.dir), b.bucket, b.index}), "does not belong");
+    CHECK_TEQUANT_ERROR((void)r.m.plan_cast(tequant::slot_id{f.dir, f.bucket, 1u << 30}), "does not belong");
+    CHECK_TEQUANT_ERROR((void)r.m.plan_cast(tequant::slot_id{b.dir, b.bucket, 1u << 30}), "does not belong");
+    CHECK_TEQUANT_ERROR((void)r.m.plan_cast(tequant::slot_id{static_cast<tequant::direction>(2), b.bucket, b.index}),
+                        "does not belong");  // would pass as a backward slot without the direction compare
+    CHECK_TEQUANT_ERROR((void)r.m.scale(tequant::slot_id{static_cast<tequant::direction>(2), b.bucket, b.index}),
+                        "does not belong");
+    CHECK_TEQUANT_ERROR((void)r.m.staging_amax(tequant::slot_id{other(f.dir), f.bucket, f.index}), "does not belong");
+  }
   CHECK_TEQUANT_ERROR(r.m.defer_weight_grad(std::function<void()>{}), "empty function");
   CHECK_TEQUANT_ERROR(r.m.defer_weight_grad(static_cast<void (*)()>(nullptr)), "empty function");
   tequant::checkpoint_frame f("never recorded");

@@ -92,23 +92,22 @@ class frame_stack {
   /// Opens `f` for its original forward; `active`: gradients on and inputs that need them, so a replay
   /// will come (otherwise the frame inherits the enclosing context, an enclosing replay included).
   void open_forward(checkpoint_frame& f, bool active, bool enabled, const void* owner) {
-    using phase = detail::frame_access::phase;
-    const phase p = detail::frame_access::get(f);
-    detail::require(p == phase::idle, "checkpoint_forward: frame '", f.name(),
-                    "' already holds a snapshot that no replay consumed (", detail::frame_access::describe(p),
-                    "); use one frame per checkpoint call");
+    if (detail::frame_access::get(f) != detail::frame_access::phase::idle) [[unlikely]]
+      not_idle(f);
     frames_.push_back({&f, active ? mode::recording : mode::inactive});
     if (active) detail::frame_access::begin(f, owner, &outstanding_, enabled);
   }
 
   /// Throws unless `f` holds a snapshot `owner` recorded that no replay consumed yet.
   static void require_replayable(const checkpoint_frame& f, const void* owner) {
-    using phase = detail::frame_access::phase;
-    const phase p = detail::frame_access::get(f);
-    detail::require(p == phase::ready && detail::frame_access::owner(f) == owner, "checkpoint_replay: frame '",
-                    f.name(), "' has no snapshot to replay with (",
-                    p == phase::ready ? "it was recorded by another manager" : detail::frame_access::describe(p), ")");
+    if (detail::frame_access::get(f) != detail::frame_access::phase::ready || detail::frame_access::owner(f) != owner)
+        [[unlikely]]
+      not_replayable(f, owner);
   }
+
+  /// close() uses `unwinding` only for a frame that records (its original forward): the manager
+  /// need not ask the runtime (std::uncaught_exceptions()) for replays and inactive frames.
+  static constexpr bool unwinding_matters_only_when_recording = true;
 
   /// Reopens `f` for its replay; returns the autocast state its original forward ran under.
   bool open_replay(checkpoint_frame& f, const void* owner) {
@@ -154,7 +153,8 @@ class frame_stack {
     }
     const std::uint64_t key = detail::frame_key(slot);
     if constexpr (Backend::host_accessible) {
-      return plan_on_host(key, r, plan, slot, describe);
+      plan_on_host(key, r, plan, slot, describe);  // in place: a cast_plan is 64 bytes to copy
+      return plan;
     } else {
       return plan_on_device(key, r, plan, backend, forward_slots, owner, slot, describe);
     }
@@ -176,6 +176,20 @@ class frame_stack {
     mode kind;
   };
 
+  // The messages are built out of line: require()'s arguments would be evaluated on every call.
+  [[noreturn, gnu::noinline, gnu::cold]] static void not_idle(const checkpoint_frame& f) {
+    detail::fail("checkpoint_forward: frame '", f.name(), "' already holds a snapshot that no replay consumed (",
+                 detail::frame_access::describe(detail::frame_access::get(f)), "); use one frame per checkpoint call");
+  }
+  [[noreturn, gnu::noinline, gnu::cold]] static void not_replayable(const checkpoint_frame& f, const void* owner) {
+    using phase = detail::frame_access::phase;
+    const phase p = detail::frame_access::get(f);
+    detail::fail("checkpoint_replay: frame '", f.name(), "' has no snapshot to replay with (",
+                 p == phase::ready && detail::frame_access::owner(f) != owner ? "it was recorded by another manager"
+                                                                              : detail::frame_access::describe(p),
+                 ")");
+  }
+
   template <class Describe>
   [[noreturn, gnu::noinline, gnu::cold]] static void missing_snapshot(const checkpoint_frame& f, slot_id slot,
                                                                       Describe& describe) {
@@ -184,9 +198,7 @@ class frame_stack {
   }
 
   template <class Describe>
-  cast_plan plan_on_host(std::uint64_t key, std::size_t r, cast_plan plan, slot_id slot, Describe& describe) {
-    const float used = plan.scale != nullptr ? *plan.scale : 0.0f;
-    const std::uint64_t rng = plan.rng_offset != nullptr ? *plan.rng_offset : 0;
+  void plan_on_host(std::uint64_t key, std::size_t r, cast_plan& plan, slot_id slot, Describe& describe) {
     if (r > 0) {
       checkpoint_frame& f = *frames_[r - 1].frame;
       auto& snap = detail::frame_access::snapshot(f);
@@ -199,11 +211,12 @@ class frame_stack {
       for (std::size_t i = r; i < frames_.size(); ++i)
         if (frames_[i].kind == mode::recording)
           detail::frame_access::snapshot(*frames_[i].frame).try_emplace(key, snap.value(pos), snap.rng_offset(pos));
-      return plan;
+      return;
     }
+    const float used = plan.scale != nullptr ? *plan.scale : 0.0f;
+    const std::uint64_t rng = plan.rng_offset != nullptr ? *plan.rng_offset : 0;
     for (std::size_t i = 0; i < frames_.size(); ++i)
       if (frames_[i].kind == mode::recording) detail::frame_access::snapshot(*frames_[i].frame).try_emplace(key, used, rng);
-    return plan;
   }
 
   // Backend memory the host cannot read: snapshots are stream-ordered backend-to-backend copies into

@@ -40,15 +40,7 @@ class snapshot_map {
           break;
         }
     } else {
-      const std::size_t mask = index_.size() - 1;
-      for (std::size_t h = hash(key, mask);; h = (h + 1) & mask) {
-        const std::uint32_t e = index_[h];
-        if (e == 0) break;
-        if (entries_[e - 1].key == key) {
-          pos = e - 1;
-          break;
-        }
-      }
+      pos = find_indexed(key);
     }
     if (pos != npos) hint_ = pos + 1;
     return pos;
@@ -61,8 +53,15 @@ class snapshot_map {
   /// allocation leaves the map as it was. Positions of existing entries never change; their
   /// addresses change only when the map grows.
   bool try_emplace(std::uint64_t key, float v, std::uint64_t rng_offset = 0) {
-    if (find(key) != npos) return false;
     const std::size_t n = entries_.size();
+    // A recording frame asks for keys it mostly does not hold yet: no hint to try first (find()'s
+    // hint serves replays, which ask in recorded order).
+    if (index_.empty()) {
+      for (std::size_t i = 0; i < n; ++i)
+        if (entries_[i].key == key) return false;
+    } else if (find_indexed(key) != npos) {
+      return false;
+    }
     if (n == entries_.capacity()) entries_.reserve(std::max(initial_capacity, 2 * n));
     if (n + 1 >= index_threshold && 2 * (n + 1) > index_.size()) rebuild_index(n + 1);
     entries_.push_back({key, v, rng_offset});  // cannot throw: room reserved above
@@ -104,6 +103,16 @@ class snapshot_map {
 
   static std::size_t hash(std::uint64_t key, std::size_t mask) noexcept {
     return static_cast<std::size_t>((key * 0x9E3779B97F4A7C15ull) >> 32) & mask;
+  }
+
+  // Position of `key` through the index (not empty), or npos.
+  std::size_t find_indexed(std::uint64_t key) const noexcept {
+    const std::size_t mask = index_.size() - 1;
+    for (std::size_t h = hash(key, mask);; h = (h + 1) & mask) {
+      const std::uint32_t e = index_[h];
+      if (e == 0) return npos;
+      if (entries_[e - 1].key == key) return e - 1;
+    }
   }
 
   void insert_index(std::uint64_t key, std::size_t pos) noexcept {
