@@ -48,8 +48,8 @@ struct amax_source {
 float scaled_max(int margin) { return tequant::delayed_scaling<>::scaled_max(tequant::fp8_dtype::e4m3, margin); }
 
 template <class Algo>
-void run_against_roll(std::uint32_t L, int margin, te_roll::algo ref_algo, unsigned seed, std::uint32_t steps) {
-  const std::uint32_t n = 6;
+void run_against_roll(std::uint32_t L, int margin, te_roll::algo ref_algo, unsigned seed, std::uint32_t steps,
+                      std::uint32_t n = 6) {
   bucket b(L);
   for (std::uint32_t j = 0; j < n; ++j) CHECK(b.add_slot() == j);
   te_roll::state ref(n, L);
@@ -123,6 +123,15 @@ TEST_CASE("delayed update equals TE's roll-based fused update bit for bit") {
       run_against_roll<tequant::window_max>(L, margin, te_roll::algo::max, 1000 * L + margin, steps);
       run_against_roll<tequant::most_recent>(L, margin, te_roll::algo::most_recent, 7 + 1000 * L + margin, steps);
     }
+  }
+}
+
+// The host update takes the window maxima of fixed-length rings 16 (AVX-512) or 4 slots at a time and
+// long windows in chunks of 64 slots: 150 slots have full groups, a partial chunk and a scalar tail.
+TEST_CASE("delayed update equals TE's roll with many slots (grouped window maxima, chunked long windows)") {
+  for (std::uint32_t L : {16u, 32u, 48u, 65u, 1024u}) {
+    CAPTURE(L);
+    run_against_roll<tequant::window_max>(L, 0, te_roll::algo::max, 77 + L, L == 1024 ? 2 * L + 300 : 400, 150);
   }
 }
 
