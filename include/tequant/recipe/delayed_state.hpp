@@ -2,9 +2,11 @@
 // Delayed-scaling state of one bucket as a struct of arrays, and TE's fused per-slot update on it.
 //
 // TE keeps an [L, n] history and rolls all L rows on every update (O(n*L) memory traffic). Here each
-// slot has a ring of its last L committed amaxes plus a monotonic deque of ring positions whose values
-// decrease from front to back, so the window maximum is the deque front and one update touches O(1)
-// memory per slot whatever L is (amortised: each commit enters and leaves the deque once).
+// slot has a ring of its last L committed amaxes, and one update touches O(1) memory per slot
+// (amortised) whatever L is. The window maximum comes from a monotonic deque of ring positions in the
+// per-slot update (delayed_update_slot, also the CUDA kernel's), and in the host's whole-bucket update
+// from a scan of the ring (L <= 64) or from suffix maxima of the ring (longer windows); the window
+// storage holds whichever of the two was used last, and each rebuilds itself from the ring.
 //
 // Why a ring of L and not L-1: TE's max window at an update is the current amax plus the L-1 rows it
 // has committed before, and TE stores only those L-1 rows (row 0 is the staging amax). Pushing the
