@@ -25,8 +25,9 @@
 #if (defined(__SSE2__) || defined(_M_X64)) && !defined(__CUDA_ARCH__)
 #include <emmintrin.h>
 #define TEQUANT_DELAYED_SSE2 1
-#ifdef __AVX512F__
+#if defined(__AVX512F__) && (defined(__GNUC__) || defined(__clang__))  // GCC's vectoriser and attributes
 #include <immintrin.h>
+#define TEQUANT_DELAYED_AVX512 1
 #endif
 #endif
 
@@ -230,7 +231,7 @@ inline __m128 ring_max4(const float* ring) noexcept {
 }
 #endif
 
-#ifdef __AVX512F__
+#ifdef TEQUANT_DELAYED_AVX512
 // The masked forms with an all-ones mask are the plain instructions; GCC 12's unmasked intrinsics
 // pass an "undefined" vector that -Wuninitialized reports at -O3.
 inline __m512 max16(__m512 a, __m512 b) noexcept { return _mm512_mask_max_ps(a, 0xFFFF, a, b); }
@@ -267,7 +268,7 @@ template <bool MarkStale>
 inline void delayed_scale_pass(float* __restrict staging, float* __restrict scale, std::uint32_t* __restrict amax_bits,
                                std::uint32_t n, float scaled_max) noexcept {
   std::uint32_t j = 0;
-#if defined(TEQUANT_DELAYED_SSE2) && !defined(__AVX512F__)  // with AVX-512 the loop below vectorises 16-wide
+#if defined(TEQUANT_DELAYED_SSE2) && !defined(TEQUANT_DELAYED_AVX512)  // with AVX-512 the loop below vectorises 16-wide
   const __m128 zero = _mm_setzero_ps(), inf = _mm_set1_ps(bits_float(0x7F800000u)), fmax = _mm_set1_ps(float_max);
   const __m128 num = _mm_set1_ps(scaled_max);
   const __m128i stale = _mm_set1_epi32(static_cast<int>(window_stale));
@@ -294,7 +295,7 @@ inline void delayed_scale_pass(float* __restrict staging, float* __restrict scal
   }
 }
 
-#ifdef __AVX512F__
+#ifdef TEQUANT_DELAYED_AVX512
 /// The whole update of an algorithm without a window, in one loop that GCC vectorises 16-wide (the
 /// commit a gather and a scatter). Only this form vectorises: float compares rather than the bit
 /// tests, the store of a select rather than a conditional store, and restrict parameters of a
@@ -350,13 +351,13 @@ inline void delayed_update_bucket_ring(const delayed_bucket_view& v, Algo algo, 
   std::uint32_t* __restrict head = v.ring_head;
   // window_size is scratch until pass 3 marks every deque stale: pass 2 leaves each slot's amax there.
   std::uint32_t* __restrict amax_bits = v.window_size;
-#ifdef __AVX512F__
+#ifdef TEQUANT_DELAYED_AVX512
   if constexpr (!UsesWindow) {
     delayed_update_window_free_avx512(staging, ring, head, v.scale, amax_bits, n, L, algo, args.scaled_max);
     return;
   }
 #endif
-#ifdef __AVX512F__
+#ifdef TEQUANT_DELAYED_AVX512
   delayed_commit_avx512(staging, ring, head, n, L);  // pass 1
 #else
   for (std::uint32_t j = 0; j < n; ++j) {
@@ -389,7 +390,7 @@ inline void delayed_update_bucket_ring(const delayed_bucket_view& v, Algo algo, 
       // Rings of a fixed length: the maxima of 16 (AVX-512) or 4 slots at once, reduced across the
       // slots' vectors instead of one horizontal reduction per slot.
       alignas(64) float w[16];
-#ifdef __AVX512F__
+#ifdef TEQUANT_DELAYED_AVX512
       if constexpr (FixedL % 16 == 0) {
         for (; j + 16 <= n; j += 16) {
           _mm512_store_ps(w, ring_max16<FixedL>(ring + static_cast<std::size_t>(j) * L));
