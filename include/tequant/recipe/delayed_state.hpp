@@ -411,7 +411,7 @@ inline void delayed_update_bucket_ring(const delayed_bucket_view& v, Algo algo, 
   delayed_scale_pass<true>(v.staging, v.scale, amax_bits, n, args.scaled_max);
 }
 
-/// Ordering key of a committed amax as delayed_scale_keys keeps it: its bits when it is a positive
+/// Ordering key of a committed amax in the suffix maxima (unsigned): its bits when it is a positive
 /// non-NaN float (inf included), else 0. An unsigned max of these from 0 is the bits of the fmaxf
 /// chain from 0.
 inline std::uint32_t window_ukey(float f) noexcept {
