@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -27,29 +28,40 @@ std::vector<float> amax_stream(std::size_t n) {
   return v;
 }
 
-// The unavoidable per-slot work: read and clear the staged amax, write it into the history ring,
-// compute scale and scale_inv from a given max (here the staged amax itself; no window is read).
+// The unavoidable per-slot work: read and clear the staged amax, commit it to the history ring,
+// compute scale and scale_inv from a given max (here the staged amax itself; no window is read). With
+// the update's semantics, so that the floor does no less than an update must: an unused slot
+// (amax 0) keeps its ring entry, head and scale; a NaN, infinite or zero amax keeps the scale; an
+// overflowing scale becomes FLT_MAX. Written plainly: with -march=native it vectorises (a masked
+// scatter for the commit); without, GCC's branches on the amax ran faster here than bit-mask selects.
+// With_inverse = false drops scale_inv, which tequant's state does not keep (its casts compute 1 / scale).
+template <bool WithInverse>
 void bm_floor(benchmark::State& st) {
   const auto n = static_cast<std::uint32_t>(st.range(0)), L = static_cast<std::uint32_t>(st.range(1));
   std::vector<float> staging(n), scale(n, 1.0f), scale_inv(n, 1.0f), ring(std::size_t{n} * L);
   std::vector<std::uint32_t> head(n);
   const auto src = amax_stream(n);
-  const float scaled_max = 448.0f;
+  const float scaled_max = 448.0f, inf = std::numeric_limits<float>::infinity(), fmax = std::numeric_limits<float>::max();
   std::size_t r = 0;
   for (auto _ : st) {
     std::memcpy(staging.data(), src.data() + r * n, n * sizeof(float));
     for (std::uint32_t j = 0; j < n; ++j) {
       const float c = staging[j];
       staging[j] = 0.0f;
-      const std::uint32_t h = head[j];
-      ring[std::size_t{j} * L + h] = c;
-      head[j] = h + 1 == L ? 0 : h + 1;
-      const float s = c > 0.0f ? scaled_max / c : scale[j];
+      const std::uint32_t h = head[j], next = h + 1 == L ? 0 : h + 1;
+      float& entry = ring[std::size_t{j} * L + h];
+      float q = scaled_max / c;
+      q = q < fmax ? q : fmax;
+      const bool used = c != 0.0f;
+      entry = used ? c : entry;
+      head[j] = used ? next : h;
+      const float s = c > 0.0f && c < inf ? q : scale[j];
       scale[j] = s;
-      scale_inv[j] = 1.0f / s;
+      if constexpr (WithInverse) scale_inv[j] = 1.0f / s;
     }
     benchmark::DoNotOptimize(scale.data());
     benchmark::DoNotOptimize(scale_inv.data());
+    benchmark::DoNotOptimize(ring.data());
     benchmark::ClobberMemory();
     r = r + 1 == rounds ? 0 : r + 1;
   }
@@ -101,7 +113,8 @@ void delayed_args(benchmark::internal::Benchmark* b) {
 }
 }  // namespace
 
-BENCHMARK(bm_floor)->Name("delayed_update/floor")->Apply(delayed_args);
+BENCHMARK(bm_floor<true>)->Name("delayed_update/floor")->Apply(delayed_args);
+BENCHMARK(bm_floor<false>)->Name("delayed_update/floor_no_inverse")->Apply(delayed_args);
 BENCHMARK(bm_tequant<tequant::window_max>)->Name("delayed_update/tequant")->Apply(delayed_args);
 BENCHMARK(bm_tequant<tequant::most_recent>)->Name("delayed_update/most_recent")->Apply(delayed_args);
 BENCHMARK(bm_te_roll)->Name("delayed_update/te_roll")->Apply(delayed_args);

@@ -48,8 +48,8 @@ struct amax_source {
 float scaled_max(int margin) { return tequant::delayed_scaling<>::scaled_max(tequant::fp8_dtype::e4m3, margin); }
 
 template <class Algo>
-void run_against_roll(std::uint32_t L, int margin, te_roll::algo ref_algo, unsigned seed, std::uint32_t steps) {
-  const std::uint32_t n = 6;
+void run_against_roll(std::uint32_t L, int margin, te_roll::algo ref_algo, unsigned seed, std::uint32_t steps,
+                      std::uint32_t n = 6, bool reimport = false) {
   bucket b(L);
   for (std::uint32_t j = 0; j < n; ++j) CHECK(b.add_slot() == j);
   te_roll::state ref(n, L);
@@ -61,6 +61,13 @@ void run_against_roll(std::uint32_t L, int margin, te_roll::algo ref_algo, unsig
       const float c = src.next();
       b.staging()[j] = c;  // what the all-reduce leaves in the staging buffer
       ref.row(0)[j] = c;
+    }
+    if (reimport && step % 37 == 5) {
+      // Two slots through TE's layout and back: their window storage becomes a deque, which the
+      // host's long-window update lays out differently (the whole bucket's must be rebuilt).
+      std::vector<float> two(std::size_t{L} * 2);
+      b.export_te_history(3, 2, two);
+      b.import_te_history(3, 2, two);
     }
     b.update(Algo{}, args);
     ref.update(ref_algo, args.scaled_max);
@@ -123,6 +130,22 @@ TEST_CASE("delayed update equals TE's roll-based fused update bit for bit") {
       run_against_roll<tequant::window_max>(L, margin, te_roll::algo::max, 1000 * L + margin, steps);
       run_against_roll<tequant::most_recent>(L, margin, te_roll::algo::most_recent, 7 + 1000 * L + margin, steps);
     }
+  }
+}
+
+// The host update takes the window maxima of fixed-length rings 16 (AVX-512) or 4 slots at a time and
+// long windows in chunks of 64 slots: 150 slots have full groups, a partial chunk and a scalar tail.
+TEST_CASE("delayed update equals TE's roll with many slots (grouped window maxima, chunked long windows)") {
+  for (std::uint32_t L : {16u, 32u, 48u, 65u, 1024u}) {
+    CAPTURE(L);
+    run_against_roll<tequant::window_max>(L, 0, te_roll::algo::max, 77 + L, L == 1024 ? 2 * L + 300 : 400, 150);
+  }
+}
+
+TEST_CASE("delayed update equals TE's roll when some slots' history is re-imported between updates") {
+  for (std::uint32_t L : {16u, 65u, 80u, 300u}) {
+    CAPTURE(L);
+    run_against_roll<tequant::window_max>(L, 1, te_roll::algo::max, 91 + L, 3 * L + 100, 40, true);
   }
 }
 

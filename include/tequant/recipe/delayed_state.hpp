@@ -2,9 +2,11 @@
 // Delayed-scaling state of one bucket as a struct of arrays, and TE's fused per-slot update on it.
 //
 // TE keeps an [L, n] history and rolls all L rows on every update (O(n*L) memory traffic). Here each
-// slot has a ring of its last L committed amaxes plus a monotonic deque of ring positions whose values
-// decrease from front to back, so the window maximum is the deque front and one update touches O(1)
-// memory per slot whatever L is (amortised: each commit enters and leaves the deque once).
+// slot has a ring of its last L committed amaxes, and one update touches O(1) memory per slot
+// (amortised) whatever L is. The window maximum comes from a monotonic deque of ring positions in the
+// per-slot update (delayed_update_slot, also the CUDA kernel's), and in the host's whole-bucket update
+// from a scan of the ring (L <= 64) or from suffix maxima of the ring (longer windows); the window
+// storage holds whichever of the two was used last, and each rebuilds itself from the ring.
 //
 // Why a ring of L and not L-1: TE's max window at an update is the current amax plus the L-1 rows it
 // has committed before, and TE stores only those L-1 rows (row 0 is the staging amax). Pushing the
@@ -23,6 +25,10 @@
 #if (defined(__SSE2__) || defined(_M_X64)) && !defined(__CUDA_ARCH__)
 #include <emmintrin.h>
 #define TEQUANT_DELAYED_SSE2 1
+#if defined(__AVX512F__) && (defined(__GNUC__) || defined(__clang__))  // GCC's vectoriser and attributes
+#include <immintrin.h>
+#define TEQUANT_DELAYED_AVX512 1
+#endif
 #endif
 
 namespace tequant {
@@ -57,6 +63,14 @@ TEQUANT_HD constexpr std::uint32_t ring_next(std::uint32_t i, std::uint32_t n) n
 /// update's scan and most_recent paths leave the deque alone (maintaining it is most of their cost),
 /// and anything that needs it rebuilds it from the ring first, so the ring stays the one source of truth.
 inline constexpr std::uint32_t window_stale = 0xFFFFFFFFu;
+
+/// window_size value of the host update of long windows (delayed_update_bucket_suffix): the window
+/// storage holds suffix maxima of the ring instead of a deque (see there). For the deque it is stale.
+inline constexpr std::uint32_t window_suffix = 0xFFFFFFFEu;
+
+/// Whether slot j's window storage is not a deque (window_stale or window_suffix): whatever needs the
+/// deque rebuilds it from the ring.
+TEQUANT_HD constexpr bool window_deque_stale(std::uint32_t size) noexcept { return size >= window_suffix; }
 
 /// Ordering key of a committed amax for the window max: its bits when it is a positive non-NaN float,
 /// else 0. A signed max of these from 0 is the bits of the fmaxf chain from 0 (positive floats order
@@ -97,7 +111,7 @@ TEQUANT_HD inline void rebuild_window(const delayed_bucket_view& v, std::uint32_
 /// Commits `v` to slot j's ring and keeps the deque consistent. Only values > 0 enter the deque:
 /// the window max starts at 0 and ignores NaN (fmaxf), so 0, -0, negatives and NaN can never be it.
 TEQUANT_HD inline void delayed_ring_push(const delayed_bucket_view& v, std::uint32_t j, float value) noexcept {
-  if (v.window_size[j] == window_stale) [[unlikely]] rebuild_window(v, j);
+  if (window_deque_stale(v.window_size[j])) [[unlikely]] rebuild_window(v, j);
   const std::uint32_t L = v.history_length;
   const std::size_t base = static_cast<std::size_t>(j) * L;
   float* ring = v.ring + base;
@@ -131,7 +145,7 @@ TEQUANT_HD inline void delayed_ring_push(const delayed_bucket_view& v, std::uint
 /// max(0, non-NaN values of slot j's ring), bit-equal to an fmaxf chain starting at 0.
 TEQUANT_HD inline float delayed_window_max(const delayed_bucket_view& v, std::uint32_t j) noexcept {
   const std::size_t base = static_cast<std::size_t>(j) * v.history_length;
-  if (v.window_size[j] == window_stale) [[unlikely]] return window_scan_max(v.ring + base, v.history_length);
+  if (window_deque_stale(v.window_size[j])) [[unlikely]] return window_scan_max(v.ring + base, v.history_length);
   if (v.window_size[j] == 0) return 0.0f;
   return v.ring[base + v.window[base + v.window_front[j]]];
 }
@@ -198,6 +212,131 @@ inline float ring_max_host(const float* ring, std::uint32_t length) noexcept {
 #endif
 }
 
+#ifdef TEQUANT_DELAYED_SSE2
+/// ring_max_host of 4 consecutive rings of length L (a multiple of 4), slot s in lane s. Each lane
+/// starts as the maxps chain from +0 (so every partial maximum is non-NaN and >= +0) and the lanes
+/// are then combined across slots in a transpose: the same floats as ring_max_host, bit for bit.
+template <std::uint32_t L>
+inline __m128 ring_max4(const float* ring) noexcept {
+  static_assert(L % 4 == 0);
+  __m128 a[4];
+  for (std::uint32_t s = 0; s < 4; ++s) {
+    __m128 m = _mm_setzero_ps();
+    for (std::uint32_t i = 0; i < L; i += 4) m = _mm_max_ps(_mm_loadu_ps(ring + s * L + i), m);
+    a[s] = m;
+  }
+  const __m128 b0 = _mm_max_ps(_mm_movelh_ps(a[0], a[1]), _mm_movehl_ps(a[1], a[0]));  // slots 0, 1: 2 each
+  const __m128 b1 = _mm_max_ps(_mm_movelh_ps(a[2], a[3]), _mm_movehl_ps(a[3], a[2]));  // slots 2, 3
+  return _mm_max_ps(_mm_shuffle_ps(b0, b1, _MM_SHUFFLE(2, 0, 2, 0)), _mm_shuffle_ps(b0, b1, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+#endif
+
+#ifdef TEQUANT_DELAYED_AVX512
+// The masked forms with an all-ones mask are the plain instructions; GCC 12's unmasked intrinsics
+// pass an "undefined" vector that -Wuninitialized reports at -O3.
+inline __m512 max16(__m512 a, __m512 b) noexcept { return _mm512_mask_max_ps(a, 0xFFFF, a, b); }
+template <int Imm>
+inline __m512 shuffle_f32x4(__m512 a, __m512 b) noexcept { return _mm512_mask_shuffle_f32x4(a, 0xFFFF, a, b, Imm); }
+template <int Imm>
+inline __m512 shuffle_ps(__m512 a, __m512 b) noexcept { return _mm512_mask_shuffle_ps(a, 0xFFFF, a, b, Imm); }
+
+/// ring_max4 for 16 consecutive rings of length L (a multiple of 16), slot s in lane s.
+template <std::uint32_t L>
+inline __m512 ring_max16(const float* ring) noexcept {
+  static_assert(L % 16 == 0);
+  __m512 a[16], b[8], c[4], d[2];
+  for (std::uint32_t s = 0; s < 16; ++s) {
+    __m512 m = _mm512_setzero_ps();
+    for (std::uint32_t i = 0; i < L; i += 16) m = max16(_mm512_loadu_ps(ring + s * L + i), m);
+    a[s] = m;
+  }
+  // Each step halves the values per slot and doubles the slots per vector: 256-bit halves, 128-bit
+  // quarters, pairs, single floats. The last leaves slot 4m + k at position 4k + m.
+  for (int i = 0; i < 8; ++i) b[i] = max16(shuffle_f32x4<0x44>(a[2 * i], a[2 * i + 1]), shuffle_f32x4<0xEE>(a[2 * i], a[2 * i + 1]));
+  for (int i = 0; i < 4; ++i) c[i] = max16(shuffle_f32x4<0x88>(b[2 * i], b[2 * i + 1]), shuffle_f32x4<0xDD>(b[2 * i], b[2 * i + 1]));
+  for (int i = 0; i < 2; ++i) d[i] = max16(shuffle_ps<0x44>(c[2 * i], c[2 * i + 1]), shuffle_ps<0xEE>(c[2 * i], c[2 * i + 1]));
+  const __m512 e = max16(shuffle_ps<0x88>(d[0], d[1]), shuffle_ps<0xDD>(d[0], d[1]));
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm512_mask_permutexvar_ps(e, 0xFFFF, order, e);
+}
+#endif
+
+/// scale[j] = scaled_max / a (FLT_MAX for inf) where slot j is used (staging[j] != 0) and its amax a
+/// (bits in amax_bits[j]) is finite and > 0; a used slot's staging is reset, an unused one keeps its
+/// +-0. MarkStale: amax_bits is the window_size array, marked stale again as it is read.
+template <bool MarkStale>
+inline void delayed_scale_pass(float* __restrict staging, float* __restrict scale, std::uint32_t* __restrict amax_bits,
+                               std::uint32_t n, float scaled_max) noexcept {
+  std::uint32_t j = 0;
+#if defined(TEQUANT_DELAYED_SSE2) && !defined(TEQUANT_DELAYED_AVX512)  // with AVX-512 the loop below vectorises 16-wide
+  const __m128 zero = _mm_setzero_ps(), inf = _mm_set1_ps(bits_float(0x7F800000u)), fmax = _mm_set1_ps(float_max);
+  const __m128 num = _mm_set1_ps(scaled_max);
+  const __m128i stale = _mm_set1_epi32(static_cast<int>(window_stale));
+  for (; j + 4 <= n; j += 4) {
+    const __m128 c = _mm_loadu_ps(staging + j);
+    const __m128 a = _mm_castsi128_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(amax_bits + j)));
+    const __m128 unused = _mm_cmpeq_ps(c, zero);
+    // a > 0 and a < inf are both false for NaN; then 0 < scaled_max / a <= inf.
+    const __m128 take = _mm_andnot_ps(unused, _mm_and_ps(_mm_cmpgt_ps(a, zero), _mm_cmplt_ps(a, inf)));
+    const __m128 s = _mm_min_ps(_mm_div_ps(num, a), fmax);
+    const __m128 old = _mm_loadu_ps(scale + j);
+    _mm_storeu_ps(scale + j, _mm_or_ps(_mm_and_ps(take, s), _mm_andnot_ps(take, old)));
+    _mm_storeu_ps(staging + j, _mm_and_ps(unused, c));
+    if constexpr (MarkStale) _mm_storeu_si128(reinterpret_cast<__m128i*>(amax_bits + j), stale);
+  }
+#endif
+  for (; j < n; ++j) {
+    const float c = staging[j], a = bits_float(amax_bits[j]);
+    float s = div_rn(scaled_max, a);
+    s = is_inf(s) ? float_max : s;
+    scale[j] = c != 0.0f && is_finite(a) && a > 0.0f ? s : scale[j];
+    staging[j] = c == 0.0f ? c : 0.0f;
+    if constexpr (MarkStale) amax_bits[j] = window_stale;
+  }
+}
+
+#ifdef TEQUANT_DELAYED_AVX512
+/// The whole update of an algorithm without a window, in one loop that GCC vectorises 16-wide (the
+/// commit a gather and a scatter). Only this form vectorises: float compares rather than the bit
+/// tests, the store of a select rather than a conditional store, and restrict parameters of a
+/// function that is not inlined (GCC cannot check a scatter's aliasing at run time, and inlining
+/// loses what the parameters promise). Where the scale is taken, 0 < a < inf and 0 < q <= inf.
+template <class Algo>
+[[gnu::noinline]] inline void delayed_update_window_free_avx512(float* __restrict staging, float* __restrict ring,
+                                                                std::uint32_t* __restrict head, float* __restrict scale,
+                                                                std::uint32_t* __restrict window_size, std::uint32_t n,
+                                                                std::uint32_t L, Algo algo, float scaled_max) noexcept {
+  const float inf = bits_float(0x7F800000u);
+  for (std::uint32_t j = 0; j < n; ++j) {
+    const float c = staging[j], a = algo(c, 0.0f);
+    const std::uint32_t h = head[j], next = h + 1 == L ? 0 : h + 1;
+    float& entry = ring[static_cast<std::size_t>(j) * L + h];
+    float q = div_rn(scaled_max, a);
+    q = q < float_max ? q : float_max;
+    const bool used = c != 0.0f;
+    entry = used ? c : entry;
+    head[j] = used ? next : h;
+    scale[j] = used && a > 0.0f && a < inf ? q : scale[j];
+    staging[j] = used ? 0.0f : c;
+    window_size[j] = window_stale;
+  }
+}
+
+/// Pass 1 of delayed_update_bucket_ring (the commits), vectorised as above.
+[[gnu::noinline]] inline void delayed_commit_avx512(const float* __restrict staging, float* __restrict ring,
+                                                    std::uint32_t* __restrict head, std::uint32_t n,
+                                                    std::uint32_t L) noexcept {
+  for (std::uint32_t j = 0; j < n; ++j) {
+    const float c = staging[j];
+    const std::uint32_t h = head[j], next = h + 1 == L ? 0 : h + 1;
+    float& entry = ring[static_cast<std::size_t>(j) * L + h];
+    const bool used = c != 0.0f;
+    entry = used ? c : entry;
+    head[j] = used ? next : h;
+  }
+}
+#endif
+
 /// The host update without the deque, in three loops over the bucket: the slot's ring is the whole
 /// state and the deque is marked stale (whatever needs it later rebuilds it from the ring). Same
 /// results as delayed_update_slot on every slot. About one slot in ten is unused (c == 0) and which
@@ -212,101 +351,174 @@ inline void delayed_update_bucket_ring(const delayed_bucket_view& v, Algo algo, 
   std::uint32_t* __restrict head = v.ring_head;
   // window_size is scratch until pass 3 marks every deque stale: pass 2 leaves each slot's amax there.
   std::uint32_t* __restrict amax_bits = v.window_size;
+#ifdef TEQUANT_DELAYED_AVX512
+  if constexpr (!UsesWindow) {
+    delayed_update_window_free_avx512(staging, ring, head, v.scale, amax_bits, n, L, algo, args.scaled_max);
+    return;
+  }
+#endif
+#ifdef TEQUANT_DELAYED_AVX512
+  delayed_commit_avx512(staging, ring, head, n, L);  // pass 1
+#else
   for (std::uint32_t j = 0; j < n; ++j) {
-    // Pass 1 commits. With AVX-512 GCC turns the conditional store into a masked scatter. Without
-    // it, it would be a branch: there an unused slot rewrites the entry it would have overwritten
-    // and keeps its head, and the mask goes through an empty asm so that GCC does not turn the
-    // blend back into a conditional store.
+    // Pass 1 commits. A conditional store would be a branch: an unused slot rewrites the entry it
+    // would have overwritten and keeps its head, and the mask goes through an empty asm so that GCC
+    // does not turn the blend back into a conditional store.
     const float c = staging[j];
     const std::uint32_t h = head[j], next = h + 1 == L ? 0 : h + 1;
     float* entry = ring + static_cast<std::size_t>(j) * L + h;
-#if defined(__AVX512F__) || !(defined(__GNUC__) || defined(__clang__))
-    if (c != 0.0f) {
-      *entry = c;
-      head[j] = next;
-    }
-#else
+#if defined(__GNUC__) || defined(__clang__)
     std::uint32_t used = c != 0.0f ? 0xFFFFFFFFu : 0u;
     __asm__("" : "+r"(used));
     *entry = bits_float((float_bits(c) & used) | (float_bits(*entry) & ~used));
     head[j] = (next & used) | (h & ~used);
+#else
+    if (c != 0.0f) {
+      *entry = c;
+      head[j] = next;
+    }
 #endif
     if constexpr (!UsesWindow) amax_bits[j] = float_bits(algo(c, 0.0f));
   }
+#endif
   // Pass 2: the amax each scale comes from. The window scans read rings committed a whole pass
   // earlier: scanning a line right after a narrow store into it would wait for that store.
   if constexpr (UsesWindow) {
-    for (std::uint32_t j = 0; j < n; ++j)
+    std::uint32_t j = 0;
+#ifdef TEQUANT_DELAYED_SSE2
+    if constexpr (FixedL != 0 && FixedL % 4 == 0) {
+      // Rings of a fixed length: the maxima of 16 (AVX-512) or 4 slots at once, reduced across the
+      // slots' vectors instead of one horizontal reduction per slot.
+      alignas(64) float w[16];
+#ifdef TEQUANT_DELAYED_AVX512
+      if constexpr (FixedL % 16 == 0) {
+        for (; j + 16 <= n; j += 16) {
+          _mm512_store_ps(w, ring_max16<FixedL>(ring + static_cast<std::size_t>(j) * L));
+          for (std::uint32_t s = 0; s < 16; ++s) amax_bits[j + s] = float_bits(algo(staging[j + s], w[s]));
+        }
+      }
+#endif
+      for (; j + 4 <= n; j += 4) {
+        _mm_store_ps(w, ring_max4<FixedL>(ring + static_cast<std::size_t>(j) * L));
+        for (std::uint32_t s = 0; s < 4; ++s) amax_bits[j + s] = float_bits(algo(staging[j + s], w[s]));
+      }
+    }
+#endif
+    for (; j < n; ++j)
       amax_bits[j] = float_bits(algo(staging[j], ring_max_host<FixedL>(ring + static_cast<std::size_t>(j) * L, L)));
   }
-  // Pass 3: scale = scaled_max / a (FLT_MAX for inf) where the slot is used and a is finite and > 0;
-  // a used slot's staging is reset, an unused one keeps its +-0.
-  float* __restrict scale = v.scale;
-  const float scaled_max = args.scaled_max;
-  std::uint32_t j = 0;
-#if defined(TEQUANT_DELAYED_SSE2) && !defined(__AVX512F__)  // with AVX-512 the loop below vectorises 16-wide
-  const __m128 zero = _mm_setzero_ps(), inf = _mm_set1_ps(bits_float(0x7F800000u)), fmax = _mm_set1_ps(float_max);
-  const __m128 num = _mm_set1_ps(scaled_max);
-  const __m128i stale = _mm_set1_epi32(static_cast<int>(window_stale));
-  for (; j + 4 <= n; j += 4) {
-    const __m128 c = _mm_loadu_ps(staging + j);
-    const __m128 a = _mm_castsi128_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(amax_bits + j)));
-    const __m128 unused = _mm_cmpeq_ps(c, zero);
-    // a > 0 and a < inf are both false for NaN; then 0 < scaled_max / a <= inf.
-    const __m128 take = _mm_andnot_ps(unused, _mm_and_ps(_mm_cmpgt_ps(a, zero), _mm_cmplt_ps(a, inf)));
-    const __m128 s = _mm_min_ps(_mm_div_ps(num, a), fmax);
-    const __m128 old = _mm_loadu_ps(scale + j);
-    _mm_storeu_ps(scale + j, _mm_or_ps(_mm_and_ps(take, s), _mm_andnot_ps(take, old)));
-    _mm_storeu_ps(staging + j, _mm_and_ps(unused, c));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(amax_bits + j), stale);
+  // Pass 3: the scales; pass 2 left each slot's amax in window_size, which becomes "stale" again.
+  delayed_scale_pass<true>(v.staging, v.scale, amax_bits, n, args.scaled_max);
+}
+
+/// Ordering key of a committed amax in the suffix maxima (unsigned): its bits when it is a positive
+/// non-NaN float (inf included), else 0. An unsigned max of these from 0 is the bits of the fmaxf
+/// chain from 0.
+inline std::uint32_t window_ukey(float f) noexcept {
+  const std::uint32_t k = float_bits(f);
+  return k <= 0x7F800000u ? k : 0u;
+}
+
+/// Puts slot j's window storage in suffix form (see delayed_update_bucket_suffix) from its ring alone:
+/// suffix maxima of the positions the ring head has not yet reached since it last wrapped, and the
+/// maximum of those it has passed.
+inline void build_window_suffix(const delayed_bucket_view& v, std::uint32_t j) noexcept {
+  const std::uint32_t L = v.history_length, h = v.ring_head[j];
+  const std::size_t base = static_cast<std::size_t>(j) * L;
+  const float* ring = v.ring + base;
+  std::uint32_t* suffix = v.window + base;
+  std::uint32_t m = 0;
+  for (std::uint32_t p = L; p-- > h;) {
+    const std::uint32_t k = window_ukey(ring[p]);
+    m = k > m ? k : m;
+    suffix[p] = m;
   }
+  std::uint32_t pre = 0;
+  for (std::uint32_t p = 0; p < h; ++p) {
+    const std::uint32_t k = window_ukey(ring[p]);
+    pre = k > pre ? k : pre;
+  }
+  v.window_front[j] = pre;
+  v.window_size[j] = window_suffix;
+}
+
+/// The host update of long windows (van Herk / Gil-Werman). Since slot j's ring head last wrapped to
+/// 0, positions [0, head) hold new commits and [head, L) the previous round's. The window max is
+/// max(max of [0, head], max of [head + 1, L)): the first is a running maximum (window_front[j]),
+/// the second a suffix maximum computed once per round when the head wraps (window[j*L + p], O(L)
+/// once per L commits). An update reads and writes two adjacent positions of two arrays and nothing
+/// data-dependent, where the deque's pops chase ring positions through it. The maxima are of the
+/// ordering keys (window_ukey), so the result is the scan's float bit for bit. Unused slots (c == 0,
+/// unpredictable) go through the same branch-free code and change nothing.
+template <class Algo>
+inline void delayed_update_bucket_suffix(const delayed_bucket_view& v, Algo algo, delayed_update_args args) noexcept {
+  // Slots are updated in chunks whose amaxes stay on the stack for the vectorised scale pass. Each
+  // slot's ring and suffix lines sit on pages of their own: they are prefetched a few slots ahead to
+  // overlap the cache and TLB misses.
+  constexpr std::uint32_t chunk = 64, ahead = 8;
+  const std::uint32_t L = v.history_length, n = v.slots;
+  const float* __restrict staging = v.staging;
+  std::uint32_t* __restrict head = v.ring_head;
+  std::uint32_t* __restrict front = v.window_front;
+  std::uint32_t amax_bits[chunk];
+  for (std::uint32_t j0 = 0; j0 < n; j0 += chunk) {
+    const std::uint32_t count = n - j0 < chunk ? n - j0 : chunk;
+    for (std::uint32_t k = 0; k < count; ++k) {
+      const std::uint32_t j = j0 + k;
+#if defined(__GNUC__) || defined(__clang__)
+      if (j + ahead < n) {
+        const std::uint32_t p = j + ahead, hp = head[p];
+        const std::size_t base = static_cast<std::size_t>(p) * L;
+        __builtin_prefetch(v.ring + base + hp, 1);
+        __builtin_prefetch(v.window + base + (hp + 1 < L ? hp + 1 : hp), 0);
+      }
 #endif
-  for (; j < n; ++j) {
-    const float c = staging[j], a = bits_float(amax_bits[j]);
-    float s = div_rn(scaled_max, a);
-    s = is_inf(s) ? float_max : s;
-    scale[j] = c != 0.0f && is_finite(a) && a > 0.0f ? s : scale[j];
-    staging[j] = c == 0.0f ? c : 0.0f;
-    amax_bits[j] = window_stale;
+      if (v.window_size[j] != window_suffix) [[unlikely]] build_window_suffix(v, j);
+      const std::size_t base = static_cast<std::size_t>(j) * L;
+      float* ring = v.ring + base;
+      const std::uint32_t* suffix = v.window + base;
+      const float c = staging[j];
+      const std::uint32_t h = head[j], next = h + 1;
+      std::uint32_t used = c != 0.0f ? 0xFFFFFFFFu : 0u;
+#if defined(__GNUC__) || defined(__clang__)
+      __asm__("" : "+r"(used));  // keeps the blends below from becoming branches
+#endif
+      ring[h] = bits_float((float_bits(c) & used) | (float_bits(ring[h]) & ~used));
+      const std::uint32_t kc = window_ukey(c), pre0 = front[j];
+      const std::uint32_t pre = kc > pre0 ? kc : pre0;  // an unused slot's key is 0: pre == pre0
+      const std::uint32_t last = next < L ? 0xFFFFFFFFu : 0u;
+      const std::uint32_t old = suffix[next < L ? next : h] & last;
+      amax_bits[k] = float_bits(algo(c, bits_float(pre > old ? pre : old)));
+      if ((used & ~last) != 0) [[unlikely]] {  // the head wraps: this round's commits become the old ones
+        head[j] = 0;
+        build_window_suffix(v, j);
+      } else {
+        head[j] = (next & used) | (h & ~used);
+        front[j] = pre;
+      }
+    }
+    delayed_scale_pass<false>(v.staging + j0, v.scale + j0, amax_bits, count, args.scaled_max);
   }
 }
 
 }  // namespace detail
 
 /// Whole-bucket update on host memory (the host backend's update_delayed calls this). Short windows
-/// and window-free algorithms go through the ring alone (see delayed_update_bucket_ring).
-/// With a long window each slot's ring and deque sit on their own pages, so the few lines one update
-/// touches per slot are prefetched a few slots ahead to overlap the cache and TLB misses. Short windows
-/// (all rings together a few hundred KB at most per 1000 slots) stay in cache, and there the prefetch
-/// only costs (about 10% at L = 16, 10000 slots).
+/// and window-free algorithms go through the ring alone (see delayed_update_bucket_ring), long windows
+/// through the ring and its suffix maxima (see delayed_update_bucket_suffix). The deque that
+/// delayed_update_slot keeps is not used here; the suffix form and the deque each rebuild themselves
+/// from the ring when they find the other (or none) in the window storage.
 template <class Algo>
 inline void delayed_update_bucket_host(const delayed_bucket_view& v, Algo algo, delayed_update_args args) noexcept {
-  constexpr std::uint32_t ahead = 8, min_prefetch_length = 256;
   const std::uint32_t L = v.history_length;
   if constexpr (!algo_uses_window<Algo>) {
     detail::delayed_update_bucket_ring<false>(v, algo, args);
-    return;
-  }
-  if (L <= window_scan_max_length) {
+  } else if (L <= window_scan_max_length) {
     if (L == 16) detail::delayed_update_bucket_ring<true, 16>(v, algo, args);
     else if (L == 32) detail::delayed_update_bucket_ring<true, 32>(v, algo, args);
     else detail::delayed_update_bucket_ring<true>(v, algo, args);
-    return;
-  }
-  const bool prefetch = L >= min_prefetch_length;
-  for (std::uint32_t j = 0; j < v.slots; ++j) {
-#if defined(__GNUC__) || defined(__clang__)
-    if (prefetch && j + ahead < v.slots && v.window_size[j + ahead] != detail::window_stale) {
-      const std::uint32_t p = j + ahead;
-      const std::size_t base = static_cast<std::size_t>(p) * L;
-      std::uint32_t back = v.window_front[p] + v.window_size[p];
-      if (back >= L) back -= L;
-      __builtin_prefetch(v.ring + base + v.ring_head[p], 1);
-      __builtin_prefetch(v.window + base + v.window_front[p], 0);
-      __builtin_prefetch(v.window + base + back, 1);
-    }
-#endif
-    delayed_update_slot(v, j, v.staging[j], algo, args);
+  } else {
+    detail::delayed_update_bucket_suffix(v, algo, args);
   }
 }
 
