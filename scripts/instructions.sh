@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Instructions per training step of each bench_manager case, counted by callgrind (wall time on a
+# Instructions per training step of each bench_manager case, and of bench_policies' delayed-scaling
+# layers with and without stacked recompute (manager vs the hand-written floor), counted by callgrind (wall time on a
 # shared machine moves by a few percent between runs; instruction counts do not), and each manager
 # case as a ratio to its by_hand twin. Each case runs twice (a few steps, then more); the difference
 # divided by the extra steps is the per-step count, with the set-up cancelled out. Prints; asserts
-# nothing. bench_manager is built for x86-64-v3: valgrind stops (SIGILL) on AVX-512 instructions,
+# nothing. The benchmarks are built for x86-64-v3: valgrind stops (SIGILL) on AVX-512 instructions,
 # which -march=native emits on CPUs that have them.
 #
 #   scripts/instructions.sh [build-dir]        (default: build/instructions)
@@ -16,7 +17,7 @@ command -v valgrind >/dev/null || { echo "instructions.sh: valgrind is not insta
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS=-march=x86-64-v3 \
   -DTEQUANT_BUILD_BENCHMARKS=ON -DTEQUANT_BENCH_NATIVE=OFF -DTEQUANT_BUILD_TESTS=OFF -DTEQUANT_BUILD_EXAMPLES=OFF \
   -DTEQUANT_ENABLE_CUDA=OFF -DTEQUANT_ENABLE_MPI=OFF -DTEQUANT_ENABLE_LIBTORCH=OFF >/dev/null
-cmake --build "$build" -j"$(nproc)" --target bench_manager >/dev/null
+cmake --build "$build" -j"$(nproc)" --target bench_manager bench_policies >/dev/null
 bin=$build/benchmarks/bench_manager
 
 count() {  # count <case> <steps>: instructions of the whole run
@@ -40,4 +41,14 @@ for variant in bookkeeping casts; do
     n=$(per_step "step100/$variant/$b" $few $more)
     printf '%-40s %14d %12s\n' "step100/$variant/$b" "$n" "$(python3 -c "print(f'{$n / $base:.3f}')")"
   done
+done
+
+# bench_policies: 96 checkpointed layers per step, bookkeeping only (no kernels).
+bin=$build/benchmarks/bench_policies
+printf '\n%-40s %14s %12s\n' "bench_policies case (96 layers)" "instr/step" "x floor"
+for recompute in none stacked; do
+  base=$(per_step "delayed/floor/$recompute/N96/no_kernels" 20 220)
+  printf '%-40s %14d %12s\n' "delayed/floor/$recompute/N96/no_kernels" "$base" "1.000"
+  n=$(per_step "delayed/engine/$recompute/N96/no_kernels" 20 220)
+  printf '%-40s %14d %12s\n' "delayed/engine/$recompute/N96/no_kernels" "$n" "$(python3 -c "print(f'{$n / $base:.3f}')")"
 done
