@@ -247,6 +247,8 @@ struct host_backend {
   static void mxfp8_impl(matrix_view<const T> x, bool tile_2d, const mxfp8_output& o, bool row, bool col,
                          scale_shape rs, scale_shape cs) {
     const std::size_t M = x.rows, K = x.cols, KB = K / 32;
+    // Each kernel call writes one 32-row block; the whole output decides whether they stream.
+    const bool stream = M * K >= detail::streaming_store_min_bytes;
     if (row) std::memset(o.rowwise_scale.data(), 0, o.rowwise_scale.size());
     if (col) std::memset(o.columnwise_scale.data(), 0, o.columnwise_scale.size());
     // Per-column scratch of the 32x32-tile path only; the 1D paths keep theirs in registers.
@@ -280,9 +282,10 @@ struct host_backend {
       }
       if (row)
         detail::mxfp8_rowwise_host<D>(blk, 32, K, o.rowwise_data.data() + mb * 32 * K, o.rowwise_scale.data() + mb * 32 * rs.cols,
-                                      rs.cols);
+                                      rs.cols, stream);
       if (col)
-        detail::mxfp8_columnwise_host<D>(blk, K, o.columnwise_data.data() + mb * 32 * K, o.columnwise_scale.data() + mb * cs.cols);
+        detail::mxfp8_columnwise_host<D>(blk, K, o.columnwise_data.data() + mb * 32 * K, o.columnwise_scale.data() + mb * cs.cols,
+                                         stream);
     }
   }
 
@@ -294,37 +297,35 @@ struct host_backend {
     constexpr float vinf = detail::input_type_max<T>();
     if (row) std::fill(o.rowwise_scale_inv.begin(), o.rowwise_scale_inv.end(), 0.0f);
     if (col) std::fill(o.columnwise_scale_inv.begin(), o.columnwise_scale_inv.end(), 0.0f);
-    std::vector<std::uint32_t> colmax(K);
-    std::vector<float> scale(K);
-    std::vector<std::uint8_t> tmp(K);
+    // Each kernel call writes one 128-row block; the whole output decides whether they stream.
+    const bool stream = M * K >= detail::streaming_store_min_bytes;
+    std::vector<std::uint32_t> colmax(!tile_2d && col ? K : 0);
+    std::vector<float> scale(tile_2d ? KB : K);
+    // The codes of a 128-row block when only the (transposed) columnwise copy is wanted.
+    std::vector<std::uint8_t> tmp(tile_2d ? (row ? 0 : 128 * K) : K);
     for (std::size_t mb = 0; mb * 128 < M; ++mb) {
       const std::size_t r0 = mb * 128, nr = M - r0 < 128 ? M - r0 : 128;
       const T* blk = x.data + r0 * K;
-      if (tile_2d || col) {
-        std::fill(colmax.begin(), colmax.end(), 0u);
-        for (std::size_t r = 0; r < nr; ++r) detail::column_amax_host(blk + r * K, K, colmax.data());
-      }
       if (tile_2d) {
+        // Both directions share the tiles' scales, so the columnwise copy is the transposed codes.
+        std::uint8_t* dst = row ? o.rowwise_data.data() + r0 * K : tmp.data();
+        detail::block_2d_host<D>(blk, nr, K, dst, scale.data(), pow2, eps, vinf, row && stream);
         for (std::size_t kb = 0; kb < KB; ++kb) {
-          const std::size_t c1 = (kb + 1) * 128 < K ? (kb + 1) * 128 : K;
-          std::uint32_t m = 0;
-          for (std::size_t c = kb * 128; c < c1; ++c) m = colmax[c] > m ? colmax[c] : m;
-          const float s = scale_from_amax(detail::bits_float(m), fmax, pow2, eps, vinf);
-          const float si = 1.0f / s;
-          for (std::size_t c = kb * 128; c < c1; ++c) scale[c] = s;
+          const float si = 1.0f / scale[kb];
           if (row) o.rowwise_scale_inv[mb * rs.cols + kb] = si;
           if (col) o.columnwise_scale_inv[kb * cs.cols + mb] = si;
         }
-        for (std::size_t r = 0; r < nr; ++r) {
-          std::uint8_t* dst = row ? o.rowwise_data.data() + (r0 + r) * K : tmp.data();
-          detail::scale_encode_each_host<D>(blk + r * K, K, scale.data(), dst);
-          if (col) scatter_column(o.columnwise_data.data(), M, r0 + r, dst, K);
-        }
+        if (col)
+          for (std::size_t r = 0; r < nr; ++r) scatter_column(o.columnwise_data.data(), M, r0 + r, dst + r * K, K);
         continue;
+      }
+      if (col) {
+        std::fill(colmax.begin(), colmax.end(), 0u);
+        for (std::size_t r = 0; r < nr; ++r) detail::column_amax_host(blk + r * K, K, colmax.data());
       }
       if (row)
         detail::block_rowwise_host<D>(blk, nr, K, o.rowwise_data.data() + r0 * K, o.rowwise_scale_inv.data() + r0, rs.cols,
-                                      pow2, eps, vinf);
+                                      pow2, eps, vinf, stream);
       if (col) {
         for (std::size_t k = 0; k < K; ++k) {
           scale[k] = scale_from_amax(detail::bits_float(colmax[k]), fmax, pow2, eps, vinf);
