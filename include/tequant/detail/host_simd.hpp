@@ -191,6 +191,43 @@ TEQUANT_TARGET_AVX2_INLINE inline __m256 load8(const T* p) noexcept {
   }
 }
 
+/// Whether load32 returns the 32 elements in halves order: bf16 is widened by interleaving zeros
+/// below each 16-bit pattern (one unpack per 8 elements instead of a zero-extension and a shift), which
+/// works within 128-bit lanes: v[0] holds elements 0-3 and 8-11, v[1] 4-7 and 12-15, v[2] and v[3]
+/// the same of 16-31. store32<_, true> puts the codes back in order; per-element operands (columnwise
+/// multipliers) are permuted to match (halves_order).
+template <class T>
+inline constexpr bool halves = std::is_same_v<T, bf16>;
+
+/// The 32 elements at p as four vectors of floats (in halves order for bf16).
+template <class T>
+TEQUANT_TARGET_AVX2_INLINE inline void load32(const T* p, __m256* v) noexcept {
+  if constexpr (halves<T>) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16));
+    const __m256i z = _mm256_setzero_si256();
+    v[0] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, a));
+    v[1] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, a));
+    v[2] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, b));
+    v[3] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, b));
+  } else {
+    for (int j = 0; j < 4; ++j) v[j] = load8(p + 8 * j);
+  }
+}
+
+/// Per-element operands of 32 consecutive elements (four vectors in order) in load32's order for T.
+template <class T>
+TEQUANT_TARGET_AVX2_INLINE inline void halves_order(const __m256* m, __m256* out) noexcept {
+  if constexpr (halves<T>) {
+    out[0] = _mm256_permute2f128_ps(m[0], m[1], 0x20);
+    out[1] = _mm256_permute2f128_ps(m[0], m[1], 0x31);
+    out[2] = _mm256_permute2f128_ps(m[2], m[3], 0x20);
+    out[3] = _mm256_permute2f128_ps(m[2], m[3], 0x31);
+  } else {
+    for (int j = 0; j < 4; ++j) out[j] = m[j];
+  }
+}
+
 /// amax keys of 8 lanes (sign cleared, NaN -> 0) as int32; all values are in [0, 0x7F800000].
 TEQUANT_TARGET_AVX2_INLINE inline __m256i amax_key8(__m256 v) noexcept {
   const __m256i a = _mm256_and_si256(_mm256_castps_si256(v), _mm256_set1_epi32(0x7FFFFFFF));
@@ -265,12 +302,14 @@ TEQUANT_TARGET_AVX2_INLINE inline __m256i encode8(__m256 y) noexcept {
 /// be 16-byte aligned), for outputs too large to stay in cache: an ordinary store first reads the line
 /// it writes (6/5 of the bytes moved for fp32 input, 4/3 for 16-bit), a streaming store does not.
 /// Every kernel that streams ends with stream_fence().
-template <bool Stream = false>
+template <bool Stream = false, bool Halves = false>
 TEQUANT_TARGET_AVX2_INLINE inline void store32(std::uint8_t* out, __m256i c0, __m256i c1, __m256i c2, __m256i c3) noexcept {
   const __m256i p01 = _mm256_packus_epi32(c0, c1);  // lanes interleaved by 128-bit halves
   const __m256i p23 = _mm256_packus_epi32(c2, c3);
   const __m256i b = _mm256_packus_epi16(p01, p23);
-  const __m256i fixed = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  // In halves order (load32 of bf16) the packs leave 8-byte groups 0-7, 16-23, 8-15, 24-31.
+  const __m256i fixed = Halves ? _mm256_permute4x64_epi64(b, 0xD8)
+                               : _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
   if constexpr (Stream) {
     // Two 16-byte halves: 32-byte alignment is not guaranteed (glibc's large blocks are 16 mod 32).
     _mm_stream_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(fixed));
@@ -287,8 +326,10 @@ TEQUANT_TARGET_AVX2_INLINE inline void stream_fence() noexcept { _mm_sfence(); }
 /// out[0..32) = fp8(x[0..32) * s).
 template <fp8_dtype D, bool Stream = false, class T>
 TEQUANT_TARGET_AVX2_INLINE inline void encode32(const T* x, __m256 s, std::uint8_t* out) noexcept {
-  store32<Stream>(out, encode8<D>(_mm256_mul_ps(load8(x), s)), encode8<D>(_mm256_mul_ps(load8(x + 8), s)),
-                  encode8<D>(_mm256_mul_ps(load8(x + 16), s)), encode8<D>(_mm256_mul_ps(load8(x + 24), s)));
+  __m256 v[4];
+  load32(x, v);
+  store32<Stream, halves<T>>(out, encode8<D>(_mm256_mul_ps(v[0], s)), encode8<D>(_mm256_mul_ps(v[1], s)),
+                             encode8<D>(_mm256_mul_ps(v[2], s)), encode8<D>(_mm256_mul_ps(v[3], s)));
 }
 
 /// Prefetches [p, p + bytes) into L1. The grouped kernels read a group twice (amax, then cast from L1);
@@ -338,12 +379,14 @@ TEQUANT_TARGET_AVX2 inline __m256i scale_encode_run(const T* x, std::size_t& i, 
                                                     bool with_amax) noexcept {
   __m256i mk = _mm256_setzero_si256();
   for (; i + 32 <= n; i += 32) {
-    const __m256 v0 = load8(x + i), v1 = load8(x + i + 8), v2 = load8(x + i + 16), v3 = load8(x + i + 24);
+    __m256 v[4];
+    load32(x + i, v);
+    const __m256 v0 = v[0], v1 = v[1], v2 = v[2], v3 = v[3];
     if (with_amax) {
       mk = _mm256_max_epi32(mk, _mm256_max_epi32(_mm256_max_epi32(amax_key8(v0), amax_key8(v1)),
                                                  _mm256_max_epi32(amax_key8(v2), amax_key8(v3))));
     }
-    store32<Stream>(out + i, encode8<D>(_mm256_mul_ps(v0, s)), encode8<D>(_mm256_mul_ps(v1, s)),
+    store32<Stream, halves<T>>(out + i, encode8<D>(_mm256_mul_ps(v0, s)), encode8<D>(_mm256_mul_ps(v1, s)),
                     encode8<D>(_mm256_mul_ps(v2, s)), encode8<D>(_mm256_mul_ps(v3, s)));
   }
   return mk;
@@ -500,16 +543,23 @@ TEQUANT_TARGET_AVX2 inline void mxfp8_column_group(const T* x, std::size_t K, st
     store8_bytes(scale + c0 + j * 8, e);
     mult[j] = e8m0_multipliers8(e);
   }
+  for (int q = 0; q < NV; q += 4) {
+    __m256 m[4];
+    halves_order<T>(mult + q, m);
+    for (int j = 0; j < 4; ++j) mult[q + j] = m[j];
+  }
   const bool prefetch = c0 + ahead < K;
   for (std::size_t r = 0; r < 32; ++r) {
     const T* p = x + r * K + c0;
     if (prefetch)
       for (std::size_t o = 0; o < NV * 8 * sizeof(T); o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + ahead) + o, _MM_HINT_T1);
-    for (int q = 0; q < NV; q += 4)
-      store32<Stream>(data + r * K + c0 + q * 8, encode8<D>(_mm256_mul_ps(load8(p + q * 8), mult[q])),
-              encode8<D>(_mm256_mul_ps(load8(p + q * 8 + 8), mult[q + 1])),
-              encode8<D>(_mm256_mul_ps(load8(p + q * 8 + 16), mult[q + 2])),
-              encode8<D>(_mm256_mul_ps(load8(p + q * 8 + 24), mult[q + 3])));
+    for (int q = 0; q < NV; q += 4) {
+      __m256 v[4];
+      load32(p + q * 8, v);
+      store32<Stream, halves<T>>(data + r * K + c0 + q * 8, encode8<D>(_mm256_mul_ps(v[0], mult[q])),
+                                 encode8<D>(_mm256_mul_ps(v[1], mult[q + 1])), encode8<D>(_mm256_mul_ps(v[2], mult[q + 2])),
+                                 encode8<D>(_mm256_mul_ps(v[3], mult[q + 3])));
+    }
   }
 }
 
