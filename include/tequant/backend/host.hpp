@@ -299,14 +299,17 @@ struct host_backend {
     if (col) std::fill(o.columnwise_scale_inv.begin(), o.columnwise_scale_inv.end(), 0.0f);
     // Each kernel call writes one 128-row block; the whole output decides whether they stream.
     const bool stream = M * K >= detail::streaming_store_min_bytes;
-    std::vector<std::uint32_t> colmax(!tile_2d && col ? K : 0);
-    std::vector<float> scale(tile_2d ? KB : K);
+    // 128x128 tiles: the tile kernel for 16-bit inputs; fp32 keeps the per-column path below, which
+    // measured faster for it (docs/benchmarks.md).
+    const bool tile_kernel = tile_2d && sizeof(T) == 2;
+    std::vector<std::uint32_t> colmax(tile_kernel ? 0 : K);
+    std::vector<float> scale(tile_kernel ? KB : K);
     // The codes of a 128-row block when only the (transposed) columnwise copy is wanted.
-    std::vector<std::uint8_t> tmp(tile_2d ? (row ? 0 : 128 * K) : K);
+    std::vector<std::uint8_t> tmp(tile_kernel ? (row ? 0 : 128 * K) : K);
     for (std::size_t mb = 0; mb * 128 < M; ++mb) {
       const std::size_t r0 = mb * 128, nr = M - r0 < 128 ? M - r0 : 128;
       const T* blk = x.data + r0 * K;
-      if (tile_2d) {
+      if (tile_kernel) {
         // Both directions share the tiles' scales, so the columnwise copy is the transposed codes.
         std::uint8_t* dst = row ? o.rowwise_data.data() + r0 * K : tmp.data();
         detail::block_2d_host<D>(blk, nr, K, dst, scale.data(), pow2, eps, vinf, row && stream);
@@ -319,9 +322,27 @@ struct host_backend {
           for (std::size_t r = 0; r < nr; ++r) scatter_column(o.columnwise_data.data(), M, r0 + r, dst + r * K, K);
         continue;
       }
-      if (col) {
+      if (tile_2d || col) {
         std::fill(colmax.begin(), colmax.end(), 0u);
         for (std::size_t r = 0; r < nr; ++r) detail::column_amax_host(blk + r * K, K, colmax.data());
+      }
+      if (tile_2d) {
+        for (std::size_t kb = 0; kb < KB; ++kb) {
+          const std::size_t c1 = (kb + 1) * 128 < K ? (kb + 1) * 128 : K;
+          std::uint32_t m = 0;
+          for (std::size_t c = kb * 128; c < c1; ++c) m = colmax[c] > m ? colmax[c] : m;
+          const float s = scale_from_amax(detail::bits_float(m), fmax, pow2, eps, vinf);
+          const float si = 1.0f / s;
+          for (std::size_t c = kb * 128; c < c1; ++c) scale[c] = s;
+          if (row) o.rowwise_scale_inv[mb * rs.cols + kb] = si;
+          if (col) o.columnwise_scale_inv[kb * cs.cols + mb] = si;
+        }
+        for (std::size_t r = 0; r < nr; ++r) {
+          std::uint8_t* dst = row ? o.rowwise_data.data() + (r0 + r) * K : tmp.data();
+          detail::scale_encode_each_host<D>(blk + r * K, K, scale.data(), dst);
+          if (col) scatter_column(o.columnwise_data.data(), M, r0 + r, dst, K);
+        }
+        continue;
       }
       if (row)
         detail::block_rowwise_host<D>(blk, nr, K, o.rowwise_data.data() + r0 * K, o.rowwise_scale_inv.data() + r0, rs.cols,
