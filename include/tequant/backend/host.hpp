@@ -247,8 +247,9 @@ struct host_backend {
   static void mxfp8_impl(matrix_view<const T> x, bool tile_2d, const mxfp8_output& o, bool row, bool col,
                          scale_shape rs, scale_shape cs) {
     const std::size_t M = x.rows, K = x.cols, KB = K / 32;
-    // Each kernel call writes one 32-row block; the whole output decides whether they stream.
-    const bool stream = M * K >= detail::streaming_store_min_bytes;
+    // The kernels can stream their codes (the whole output's size would decide), but measured slower
+    // here for fp32 (rowwise 5.1 -> 5.4 ms, columnwise 6.6 -> 7.3 ms per 64 MiB; docs/benchmarks.md).
+    const bool stream = false;
     if (row) std::memset(o.rowwise_scale.data(), 0, o.rowwise_scale.size());
     if (col) std::memset(o.columnwise_scale.data(), 0, o.columnwise_scale.size());
     // Per-column scratch of the 32x32-tile path only; the 1D paths keep theirs in registers.
@@ -312,7 +313,8 @@ struct host_backend {
       if (tile_kernel) {
         // Both directions share the tiles' scales, so the columnwise copy is the transposed codes.
         std::uint8_t* dst = row ? o.rowwise_data.data() + r0 * K : tmp.data();
-        detail::block_2d_host<D>(blk, nr, K, dst, scale.data(), pow2, eps, vinf, row && stream);
+        // Not streamed when the transpose reads the codes back right away.
+        detail::block_2d_host<D>(blk, nr, K, dst, scale.data(), pow2, eps, vinf, row && !col && stream);
         for (std::size_t kb = 0; kb < KB; ++kb) {
           const float si = 1.0f / scale[kb];
           if (row) o.rowwise_scale_inv[mb * rs.cols + kb] = si;
