@@ -247,6 +247,9 @@ struct host_backend {
   static void mxfp8_impl(matrix_view<const T> x, bool tile_2d, const mxfp8_output& o, bool row, bool col,
                          scale_shape rs, scale_shape cs) {
     const std::size_t M = x.rows, K = x.cols, KB = K / 32;
+    // The kernels can stream their codes (the whole output's size would decide), but measured slower
+    // here for fp32 (rowwise 5.1 -> 5.4 ms, columnwise 6.6 -> 7.3 ms per 64 MiB; docs/benchmarks.md).
+    const bool stream = false;
     if (row) std::memset(o.rowwise_scale.data(), 0, o.rowwise_scale.size());
     if (col) std::memset(o.columnwise_scale.data(), 0, o.columnwise_scale.size());
     // Per-column scratch of the 32x32-tile path only; the 1D paths keep theirs in registers.
@@ -280,9 +283,10 @@ struct host_backend {
       }
       if (row)
         detail::mxfp8_rowwise_host<D>(blk, 32, K, o.rowwise_data.data() + mb * 32 * K, o.rowwise_scale.data() + mb * 32 * rs.cols,
-                                      rs.cols);
+                                      rs.cols, stream);
       if (col)
-        detail::mxfp8_columnwise_host<D>(blk, K, o.columnwise_data.data() + mb * 32 * K, o.columnwise_scale.data() + mb * cs.cols);
+        detail::mxfp8_columnwise_host<D>(blk, K, o.columnwise_data.data() + mb * 32 * K, o.columnwise_scale.data() + mb * cs.cols,
+                                         stream);
     }
   }
 
@@ -294,12 +298,32 @@ struct host_backend {
     constexpr float vinf = detail::input_type_max<T>();
     if (row) std::fill(o.rowwise_scale_inv.begin(), o.rowwise_scale_inv.end(), 0.0f);
     if (col) std::fill(o.columnwise_scale_inv.begin(), o.columnwise_scale_inv.end(), 0.0f);
-    std::vector<std::uint32_t> colmax(K);
-    std::vector<float> scale(K);
-    std::vector<std::uint8_t> tmp(K);
+    // Each kernel call writes one 128-row block; the whole output decides whether they stream.
+    const bool stream = M * K >= detail::streaming_store_min_bytes;
+    // 128x128 tiles: the tile kernel for 16-bit inputs; fp32 keeps the per-column path below, which
+    // measured faster for it (docs/benchmarks.md).
+    const bool tile_kernel = tile_2d && sizeof(T) == 2;
+    std::vector<std::uint32_t> colmax(tile_kernel ? 0 : K);
+    std::vector<float> scale(tile_kernel ? KB : K);
+    // The codes of a 128-row block when only the (transposed) columnwise copy is wanted.
+    std::vector<std::uint8_t> tmp(tile_kernel ? (row ? 0 : 128 * K) : K);
     for (std::size_t mb = 0; mb * 128 < M; ++mb) {
       const std::size_t r0 = mb * 128, nr = M - r0 < 128 ? M - r0 : 128;
       const T* blk = x.data + r0 * K;
+      if (tile_kernel) {
+        // Both directions share the tiles' scales, so the columnwise copy is the transposed codes.
+        std::uint8_t* dst = row ? o.rowwise_data.data() + r0 * K : tmp.data();
+        // Not streamed when the transpose reads the codes back right away.
+        detail::block_2d_host<D>(blk, nr, K, dst, scale.data(), pow2, eps, vinf, row && !col && stream);
+        for (std::size_t kb = 0; kb < KB; ++kb) {
+          const float si = 1.0f / scale[kb];
+          if (row) o.rowwise_scale_inv[mb * rs.cols + kb] = si;
+          if (col) o.columnwise_scale_inv[kb * cs.cols + mb] = si;
+        }
+        if (col)
+          for (std::size_t r = 0; r < nr; ++r) scatter_column(o.columnwise_data.data(), M, r0 + r, dst + r * K, K);
+        continue;
+      }
       if (tile_2d || col) {
         std::fill(colmax.begin(), colmax.end(), 0u);
         for (std::size_t r = 0; r < nr; ++r) detail::column_amax_host(blk + r * K, K, colmax.data());
@@ -324,7 +348,7 @@ struct host_backend {
       }
       if (row)
         detail::block_rowwise_host<D>(blk, nr, K, o.rowwise_data.data() + r0 * K, o.rowwise_scale_inv.data() + r0, rs.cols,
-                                      pow2, eps, vinf);
+                                      pow2, eps, vinf, stream);
       if (col) {
         for (std::size_t k = 0; k < K; ++k) {
           scale[k] = scale_from_amax(detail::bits_float(colmax[k]), fmax, pow2, eps, vinf);

@@ -29,6 +29,12 @@ inline std::uint8_t mxfp8_code(std::uint32_t key) noexcept {
   return encode_e8m0(bits_float(key) * rcp);
 }
 
+/// Outputs of at least this many bytes are written with streaming stores by the AVX2 kernels: well
+/// past the per-core share of a last-level cache, where a consumer would not find them in cache anyway.
+/// The matrix kernels below are called a row block at a time; their `stream` argument says whether the
+/// whole output is this large (they stream only when their destination is also 16-byte aligned).
+inline constexpr std::size_t streaming_store_min_bytes = std::size_t{4} << 20;
+
 // Not `inline`: in the separate mode a translation unit sees these declarations only and links to the
 // one explicit instantiation of each (backend/host_kernels_instantiate.hpp).
 
@@ -53,16 +59,23 @@ void column_amax_host(const T* x, std::size_t n, std::uint32_t* colmax) noexcept
 /// scale[m * scale_cols + k / 32].
 template <fp8_dtype D, class T>
 void mxfp8_rowwise_host(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, std::uint8_t* scale,
-                        std::size_t scale_cols) noexcept;
+                        std::size_t scale_cols, bool stream) noexcept;
 
 /// MXFP8 32x1 columnwise blocks of one 32-row block of x [*, K].
 template <fp8_dtype D, class T>
-void mxfp8_columnwise_host(const T* x, std::size_t K, std::uint8_t* data, std::uint8_t* scale) noexcept;
+void mxfp8_columnwise_host(const T* x, std::size_t K, std::uint8_t* data, std::uint8_t* scale, bool stream) noexcept;
 
 /// FP8 block scaling 1x128 rowwise tiles of x [M, K].
 template <fp8_dtype D, class T>
 void block_rowwise_host(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, float* scale_inv,
-                        std::size_t scale_stride, bool pow2, float eps, float value_for_inf) noexcept;
+                        std::size_t scale_stride, bool pow2, float eps, float value_for_inf, bool stream) noexcept;
+
+/// FP8 block scaling 128x128 tiles of one row block x [M, K] (M <= 128; the last tile of the row
+/// partial when K % 128 != 0): scale[kb] = scale_from_amax(amax of tile kb, ...), and, when data is
+/// non-null, data [M, K] = the codes of every tile cast with its scale.
+template <fp8_dtype D, class T>
+void block_2d_host(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, float* scale, bool pow2, float eps,
+                   float value_for_inf, bool stream) noexcept;
 
 /// NVFP4: quantizes x [M, K] (M, K even; checked by the caller) into the requested directions of `o`.
 template <class T>

@@ -53,10 +53,6 @@ struct fp8_traits<fp8_dtype::e5m2> {
   static constexpr std::uint8_t (*encode)(float) noexcept = &encode_e5m2;
 };
 
-/// Outputs of at least this many bytes are written with streaming stores by the AVX2 kernels: well
-/// past the per-core share of a last-level cache, where a consumer would not find them in cache anyway.
-inline constexpr std::size_t streaming_store_min_bytes = std::size_t{4} << 20;
-
 // ---- portable loops (every target; the tails of the vector loops) ---------------------------------
 
 template <class T>
@@ -155,6 +151,25 @@ inline void block_rowwise_scalar(const T* x, std::size_t M, std::size_t K, std::
     }
 }
 
+/// FP8 block scaling 128x128 tiles of the row block x [M, K] (M <= 128): scale[kb] of each tile, and
+/// the cast of the tile with it into data [M, K] when data is non-null.
+template <fp8_dtype D, class T>
+inline void block_2d_scalar(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, float* scale, bool pow2, float eps,
+                            float value_for_inf) noexcept {
+  for (std::size_t c0 = 0; c0 < K; c0 += 128) {
+    const std::size_t len = K - c0 < 128 ? K - c0 : 128;
+    std::uint32_t m = 0;
+    for (std::size_t r = 0; r < M; ++r) {
+      const std::uint32_t k = amax_bits_scalar(x + r * K + c0, len);
+      m = k > m ? k : m;
+    }
+    const float s = scale_from_amax(bits_float(m), fp8_max(D), pow2, eps, value_for_inf);
+    scale[c0 / 128] = s;
+    if (data)
+      for (std::size_t r = 0; r < M; ++r) scale_encode_scalar<D>(x + r * K + c0, len, s, data + r * K + c0, false);
+  }
+}
+
 // ---- AVX2 + F16C (x86, chosen at run time) ---------------------------------------------------------
 
 #if TEQUANT_HAS_X86_TARGET_ATTRIBUTES
@@ -173,6 +188,43 @@ TEQUANT_TARGET_AVX2_INLINE inline __m256 load8(const T* p) noexcept {
   } else {
     static_assert(std::is_same_v<T, fp16>);
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+}
+
+/// Whether load32 returns the 32 elements in halves order: bf16 is widened by interleaving zeros
+/// below each 16-bit pattern (one unpack per 8 elements instead of a zero-extension and a shift), which
+/// works within 128-bit lanes: v[0] holds elements 0-3 and 8-11, v[1] 4-7 and 12-15, v[2] and v[3]
+/// the same of 16-31. store32<_, true> puts the codes back in order; per-element operands (columnwise
+/// multipliers) are permuted to match (halves_order).
+template <class T>
+inline constexpr bool halves = std::is_same_v<T, bf16>;
+
+/// The 32 elements at p as four vectors of floats (in halves order for bf16).
+template <class T>
+TEQUANT_TARGET_AVX2_INLINE inline void load32(const T* p, __m256* v) noexcept {
+  if constexpr (halves<T>) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16));
+    const __m256i z = _mm256_setzero_si256();
+    v[0] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, a));
+    v[1] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, a));
+    v[2] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, b));
+    v[3] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, b));
+  } else {
+    for (int j = 0; j < 4; ++j) v[j] = load8(p + 8 * j);
+  }
+}
+
+/// Per-element operands of 32 consecutive elements (four vectors in order) in load32's order for T.
+template <class T>
+TEQUANT_TARGET_AVX2_INLINE inline void halves_order(const __m256* m, __m256* out) noexcept {
+  if constexpr (halves<T>) {
+    out[0] = _mm256_permute2f128_ps(m[0], m[1], 0x20);
+    out[1] = _mm256_permute2f128_ps(m[0], m[1], 0x31);
+    out[2] = _mm256_permute2f128_ps(m[2], m[3], 0x20);
+    out[3] = _mm256_permute2f128_ps(m[2], m[3], 0x31);
+  } else {
+    for (int j = 0; j < 4; ++j) out[j] = m[j];
   }
 }
 
@@ -250,12 +302,14 @@ TEQUANT_TARGET_AVX2_INLINE inline __m256i encode8(__m256 y) noexcept {
 /// be 16-byte aligned), for outputs too large to stay in cache: an ordinary store first reads the line
 /// it writes (6/5 of the bytes moved for fp32 input, 4/3 for 16-bit), a streaming store does not.
 /// Every kernel that streams ends with stream_fence().
-template <bool Stream = false>
+template <bool Stream = false, bool Halves = false>
 TEQUANT_TARGET_AVX2_INLINE inline void store32(std::uint8_t* out, __m256i c0, __m256i c1, __m256i c2, __m256i c3) noexcept {
   const __m256i p01 = _mm256_packus_epi32(c0, c1);  // lanes interleaved by 128-bit halves
   const __m256i p23 = _mm256_packus_epi32(c2, c3);
   const __m256i b = _mm256_packus_epi16(p01, p23);
-  const __m256i fixed = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  // In halves order (load32 of bf16) the packs leave 8-byte groups 0-7, 16-23, 8-15, 24-31.
+  const __m256i fixed = Halves ? _mm256_permute4x64_epi64(b, 0xD8)
+                               : _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
   if constexpr (Stream) {
     // Two 16-byte halves: 32-byte alignment is not guaranteed (glibc's large blocks are 16 mod 32).
     _mm_stream_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(fixed));
@@ -272,8 +326,10 @@ TEQUANT_TARGET_AVX2_INLINE inline void stream_fence() noexcept { _mm_sfence(); }
 /// out[0..32) = fp8(x[0..32) * s).
 template <fp8_dtype D, bool Stream = false, class T>
 TEQUANT_TARGET_AVX2_INLINE inline void encode32(const T* x, __m256 s, std::uint8_t* out) noexcept {
-  store32<Stream>(out, encode8<D>(_mm256_mul_ps(load8(x), s)), encode8<D>(_mm256_mul_ps(load8(x + 8), s)),
-                  encode8<D>(_mm256_mul_ps(load8(x + 16), s)), encode8<D>(_mm256_mul_ps(load8(x + 24), s)));
+  __m256 v[4];
+  load32(x, v);
+  store32<Stream, halves<T>>(out, encode8<D>(_mm256_mul_ps(v[0], s)), encode8<D>(_mm256_mul_ps(v[1], s)),
+                             encode8<D>(_mm256_mul_ps(v[2], s)), encode8<D>(_mm256_mul_ps(v[3], s)));
 }
 
 /// Prefetches [p, p + bytes) into L1. The grouped kernels read a group twice (amax, then cast from L1);
@@ -312,17 +368,25 @@ inline bool use_streaming_stores(const void* out, std::size_t bytes, std::size_t
   return bytes >= streaming_store_min_bytes && reinterpret_cast<std::uintptr_t>(out) % 16 == 0 && row_bytes % 16 == 0;
 }
 
+/// The matrix kernels' form: `large` (the caller's whole output is at least streaming_store_min_bytes,
+/// though one call may write one row block of it), and every 32-byte group 16-byte aligned.
+inline bool use_streaming_stores(bool large, const void* out, std::size_t row_bytes) noexcept {
+  return large && reinterpret_cast<std::uintptr_t>(out) % 16 == 0 && row_bytes % 16 == 0;
+}
+
 template <fp8_dtype D, bool Stream, class T>
 TEQUANT_TARGET_AVX2 inline __m256i scale_encode_run(const T* x, std::size_t& i, std::size_t n, __m256 s, std::uint8_t* out,
                                                     bool with_amax) noexcept {
   __m256i mk = _mm256_setzero_si256();
   for (; i + 32 <= n; i += 32) {
-    const __m256 v0 = load8(x + i), v1 = load8(x + i + 8), v2 = load8(x + i + 16), v3 = load8(x + i + 24);
+    __m256 v[4];
+    load32(x + i, v);
+    const __m256 v0 = v[0], v1 = v[1], v2 = v[2], v3 = v[3];
     if (with_amax) {
       mk = _mm256_max_epi32(mk, _mm256_max_epi32(_mm256_max_epi32(amax_key8(v0), amax_key8(v1)),
                                                  _mm256_max_epi32(amax_key8(v2), amax_key8(v3))));
     }
-    store32<Stream>(out + i, encode8<D>(_mm256_mul_ps(v0, s)), encode8<D>(_mm256_mul_ps(v1, s)),
+    store32<Stream, halves<T>>(out + i, encode8<D>(_mm256_mul_ps(v0, s)), encode8<D>(_mm256_mul_ps(v1, s)),
                     encode8<D>(_mm256_mul_ps(v2, s)), encode8<D>(_mm256_mul_ps(v3, s)));
   }
   return mk;
@@ -431,8 +495,8 @@ TEQUANT_TARGET_AVX2 inline void mxfp8_rowwise_run(const T* x, std::size_t M, std
 
 template <fp8_dtype D, class T>
 TEQUANT_TARGET_AVX2 inline void mxfp8_rowwise(const T* x, std::size_t M, std::size_t K, std::uint8_t* data,
-                                              std::uint8_t* scale, std::size_t scale_cols) noexcept {
-  if (use_streaming_stores(data, M * K, K)) {
+                                              std::uint8_t* scale, std::size_t scale_cols, bool stream) noexcept {
+  if (use_streaming_stores(stream, data, K)) {
     mxfp8_rowwise_run<D, true>(x, M, K, data, scale, scale_cols);
     stream_fence();
   } else {
@@ -467,7 +531,7 @@ TEQUANT_TARGET_AVX2_INLINE inline void column_keys32(const T* p, std::size_t K, 
 /// prefetched row by row. The hardware prefetcher does not follow 32 interleaved row streams, and the
 /// prefetch goes to L2 (T1): rows K * sizeof(T) apart (a multiple of 4 KiB for the usual K) share L1
 /// sets, so prefetching into L1 would evict the lines still to be cast.
-template <fp8_dtype D, int NV, class T>
+template <fp8_dtype D, int NV, bool Stream, class T>
 TEQUANT_TARGET_AVX2 inline void mxfp8_column_group(const T* x, std::size_t K, std::size_t c0, std::uint8_t* data,
                                                    std::uint8_t* scale) noexcept {
   constexpr std::size_t ahead = 1024 / sizeof(T);  // measured best of 512 to 4096 bytes per row
@@ -479,27 +543,45 @@ TEQUANT_TARGET_AVX2 inline void mxfp8_column_group(const T* x, std::size_t K, st
     store8_bytes(scale + c0 + j * 8, e);
     mult[j] = e8m0_multipliers8(e);
   }
+  for (int q = 0; q < NV; q += 4) {
+    __m256 m[4];
+    halves_order<T>(mult + q, m);
+    for (int j = 0; j < 4; ++j) mult[q + j] = m[j];
+  }
   const bool prefetch = c0 + ahead < K;
   for (std::size_t r = 0; r < 32; ++r) {
     const T* p = x + r * K + c0;
     if (prefetch)
       for (std::size_t o = 0; o < NV * 8 * sizeof(T); o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + ahead) + o, _MM_HINT_T1);
-    for (int q = 0; q < NV; q += 4)
-      store32(data + r * K + c0 + q * 8, encode8<D>(_mm256_mul_ps(load8(p + q * 8), mult[q])),
-              encode8<D>(_mm256_mul_ps(load8(p + q * 8 + 8), mult[q + 1])),
-              encode8<D>(_mm256_mul_ps(load8(p + q * 8 + 16), mult[q + 2])),
-              encode8<D>(_mm256_mul_ps(load8(p + q * 8 + 24), mult[q + 3])));
+    for (int q = 0; q < NV; q += 4) {
+      __m256 v[4];
+      load32(p + q * 8, v);
+      store32<Stream, halves<T>>(data + r * K + c0 + q * 8, encode8<D>(_mm256_mul_ps(v[0], mult[q])),
+                                 encode8<D>(_mm256_mul_ps(v[1], mult[q + 1])), encode8<D>(_mm256_mul_ps(v[2], mult[q + 2])),
+                                 encode8<D>(_mm256_mul_ps(v[3], mult[q + 3])));
+    }
   }
 }
 
 // 256 bytes of each row per group (64 fp32 or 128 16-bit columns; measured: 32 columns leave half of
 // each 64-byte output line to the next group, 128 fp32 columns run out of registers), 32 at the end.
-template <fp8_dtype D, class T>
-TEQUANT_TARGET_AVX2 inline void mxfp8_columnwise(const T* x, std::size_t K, std::uint8_t* data, std::uint8_t* scale) noexcept {
+template <fp8_dtype D, bool Stream, class T>
+TEQUANT_TARGET_AVX2 inline void mxfp8_columnwise_run(const T* x, std::size_t K, std::uint8_t* data, std::uint8_t* scale) noexcept {
   constexpr int NV = 256 / (8 * sizeof(T));
   std::size_t c0 = 0;
-  for (; c0 + NV * 8 <= K; c0 += NV * 8) mxfp8_column_group<D, NV>(x, K, c0, data, scale);
-  for (; c0 < K; c0 += 32) mxfp8_column_group<D, 4>(x, K, c0, data, scale);
+  for (; c0 + NV * 8 <= K; c0 += NV * 8) mxfp8_column_group<D, NV, Stream>(x, K, c0, data, scale);
+  for (; c0 < K; c0 += 32) mxfp8_column_group<D, 4, Stream>(x, K, c0, data, scale);
+}
+
+template <fp8_dtype D, class T>
+TEQUANT_TARGET_AVX2 inline void mxfp8_columnwise(const T* x, std::size_t K, std::uint8_t* data, std::uint8_t* scale,
+                                                 bool stream) noexcept {
+  if (use_streaming_stores(stream, data, K)) {
+    mxfp8_columnwise_run<D, true>(x, K, data, scale);
+    stream_fence();
+  } else {
+    mxfp8_columnwise_run<D, false>(x, K, data, scale);
+  }
 }
 
 /// scale_from_amax for 8 lanes of non-NaN amax bits (same IEEE operations, same order of cases).
@@ -555,13 +637,67 @@ TEQUANT_TARGET_AVX2 inline void block_rowwise_run(const T* x, std::size_t M, std
 
 template <fp8_dtype D, class T>
 TEQUANT_TARGET_AVX2 inline void block_rowwise(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, float* scale_inv,
-                                              std::size_t scale_stride, bool pow2, float eps, float value_for_inf) noexcept {
-  if (use_streaming_stores(data, M * K, K)) {
+                                              std::size_t scale_stride, bool pow2, float eps, float value_for_inf,
+                                              bool stream) noexcept {
+  if (use_streaming_stores(stream, data, K)) {
     block_rowwise_run<D, true>(x, M, K, data, scale_inv, scale_stride, pow2, eps, value_for_inf);
     stream_fence();
   } else {
     block_rowwise_run<D, false>(x, M, K, data, scale_inv, scale_stride, pow2, eps, value_for_inf);
   }
+}
+
+// Two passes over the row block, both reading whole rows in order (what the hardware prefetcher
+// follows): the amaxes of all its tiles (a vector of keys per tile, in L1), then the cast, tile by
+// tile within each row with the tile's scale broadcast, rereading the block from L2/L3 (2 MiB of fp32
+// at K = 4096). Measured: walking one 128x128 tile at a time (amax, then the cast from cache) was 2.5x
+// slower: rows K * sizeof(T) apart (a power of two) share cache sets, so a tile does not stay in L2.
+inline constexpr std::size_t block_2d_chunk = 32768;  // columns per call of block_2d_run (its keys: 8 KiB)
+
+template <fp8_dtype D, bool Stream, class T>
+TEQUANT_TARGET_AVX2 inline void block_2d_run(const T* x, std::size_t M, std::size_t K, std::size_t ld, std::uint8_t* data,
+                                             float* scale, bool pow2, float eps, float value_for_inf) noexcept {
+  const std::size_t KB = (K + 127) / 128, full = K / 128;
+  __m256i keys[block_2d_chunk / 128];
+  for (std::size_t kb = 0; kb < KB; ++kb) keys[kb] = _mm256_setzero_si256();
+  std::uint32_t tail = 0;
+  for (std::size_t r = 0; r < M; ++r) {
+    const T* p = x + r * ld;
+    for (std::size_t kb = 0; kb < full; ++kb) {
+      const T* t = p + kb * 128;
+      keys[kb] = _mm256_max_epi32(keys[kb], _mm256_max_epi32(_mm256_max_epi32(keys32(t), keys32(t + 32)),
+                                                             _mm256_max_epi32(keys32(t + 64), keys32(t + 96))));
+    }
+    if (full < KB) {
+      const std::uint32_t k = amax(p + full * 128, K - full * 128);
+      tail = k > tail ? k : tail;
+    }
+  }
+  for (std::size_t kb = 0; kb < KB; ++kb)
+    scale[kb] = scale_from_amax(bits_float(kb < full ? hmax_epi32(keys[kb]) : tail), fp8_max(D), pow2, eps, value_for_inf);
+  if (!data) return;
+  for (std::size_t r = 0; r < M; ++r) {
+    const T* p = x + r * ld;
+    std::uint8_t* out = data + r * ld;
+    for (std::size_t kb = 0; kb < full; ++kb) {
+      const __m256 sv = _mm256_set1_ps(scale[kb]);
+      for (int q = 0; q < 4; ++q) encode32<D, Stream>(p + kb * 128 + q * 32, sv, out + kb * 128 + q * 32);
+    }
+    if (full < KB) scale_encode<D>(p + full * 128, K - full * 128, scale[full], out + full * 128, false);
+  }
+}
+
+template <fp8_dtype D, class T>
+TEQUANT_TARGET_AVX2 inline void block_2d(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, float* scale, bool pow2,
+                                         float eps, float value_for_inf, bool stream) noexcept {
+  const bool st = data && use_streaming_stores(stream, data, K);
+  for (std::size_t c0 = 0; c0 < K; c0 += block_2d_chunk) {
+    const std::size_t w = K - c0 < block_2d_chunk ? K - c0 : block_2d_chunk;
+    std::uint8_t* out = data ? data + c0 : nullptr;
+    if (st) block_2d_run<D, true>(x + c0, M, w, K, out, scale + c0 / 128, pow2, eps, value_for_inf);
+    else block_2d_run<D, false>(x + c0, M, w, K, out, scale + c0 / 128, pow2, eps, value_for_inf);
+  }
+  if (st) stream_fence();
 }
 
 }  // namespace avx2
@@ -628,22 +764,29 @@ void column_amax_host(const T* x, std::size_t n, std::uint32_t* colmax) noexcept
 
 template <fp8_dtype D, class T>
 void mxfp8_rowwise_host(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, std::uint8_t* scale,
-                               std::size_t scale_cols) noexcept {
-  TEQUANT_HOST_DISPATCH(T, mxfp8_rowwise<D>(x, M, K, data, scale, scale_cols))
+                        std::size_t scale_cols, [[maybe_unused]] bool stream) noexcept {
+  TEQUANT_HOST_DISPATCH(T, mxfp8_rowwise<D>(x, M, K, data, scale, scale_cols, stream))
   mxfp8_rowwise_scalar<D>(x, M, K, data, scale, scale_cols);
 }
 
 template <fp8_dtype D, class T>
-void mxfp8_columnwise_host(const T* x, std::size_t K, std::uint8_t* data, std::uint8_t* scale) noexcept {
-  TEQUANT_HOST_DISPATCH(T, mxfp8_columnwise<D>(x, K, data, scale))
+void mxfp8_columnwise_host(const T* x, std::size_t K, std::uint8_t* data, std::uint8_t* scale, [[maybe_unused]] bool stream) noexcept {
+  TEQUANT_HOST_DISPATCH(T, mxfp8_columnwise<D>(x, K, data, scale, stream))
   mxfp8_columnwise_scalar<D>(x, K, data, scale);
 }
 
 template <fp8_dtype D, class T>
 void block_rowwise_host(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, float* scale_inv,
-                               std::size_t scale_stride, bool pow2, float eps, float value_for_inf) noexcept {
-  TEQUANT_HOST_DISPATCH(T, block_rowwise<D>(x, M, K, data, scale_inv, scale_stride, pow2, eps, value_for_inf))
+                        std::size_t scale_stride, bool pow2, float eps, float value_for_inf, [[maybe_unused]] bool stream) noexcept {
+  TEQUANT_HOST_DISPATCH(T, block_rowwise<D>(x, M, K, data, scale_inv, scale_stride, pow2, eps, value_for_inf, stream))
   block_rowwise_scalar<D>(x, M, K, data, scale_inv, scale_stride, pow2, eps, value_for_inf);
+}
+
+template <fp8_dtype D, class T>
+void block_2d_host(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, float* scale, bool pow2, float eps,
+                   float value_for_inf, [[maybe_unused]] bool stream) noexcept {
+  TEQUANT_HOST_DISPATCH(T, block_2d<D>(x, M, K, data, scale, pow2, eps, value_for_inf, stream))
+  block_2d_scalar<D>(x, M, K, data, scale, pow2, eps, value_for_inf);
 }
 
 #undef TEQUANT_HOST_DISPATCH
