@@ -114,8 +114,9 @@ inline std::vector<cast_case> all_cases() {
         cases.push_back({16, 34, seed++, false, uniform, tile_2d, sr, true, true, 5, false});
   // The random Hadamard transform of the columnwise copy: rows in whole 16-row groups, 1D blocks only;
   // partial rowwise blocks, one-group and many-group columns, the same edges (a NaN in a group makes its
-  // whole transformed group NaN, so its block scale NaN; an infinity makes it +-inf or NaN).
-  const std::size_t rht_shapes[][2] = {{16, 16}, {16, 34}, {32, 2}, {48, 150}, {64, 256}, {16, 1030}};
+  // whole transformed group NaN, so its block scale NaN; an infinity makes it +-inf or NaN); 144 rows:
+  // nine groups per column (the host's vector cast takes eight blocks of a column at a time).
+  const std::size_t rht_shapes[][2] = {{16, 16}, {16, 34}, {32, 2}, {48, 150}, {64, 256}, {16, 1030}, {144, 42}};
   for (const auto& s : rht_shapes)
     for (const bool specials : {false, true})
       for (const bool sr : {false, true})
