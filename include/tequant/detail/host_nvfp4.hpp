@@ -58,6 +58,14 @@ inline void nvfp4_random_words(std::uint64_t seed, std::uint64_t first, std::uin
   }
 }
 
+/// The round-to-nearest codes of elements [0, len) of one block (len even) multiplied by mult, packed
+/// two a byte (the portable loop; a partial block).
+template <class T>
+inline void nvfp4_block_rn_scalar(const T* x, std::size_t len, float mult, std::uint8_t* data) noexcept {
+  for (std::size_t i = 0; i < len; i += 2)
+    data[i / 2] = static_cast<std::uint8_t>(encode_e2m1(widen(x[i]) * mult) | (encode_e2m1(widen(x[i + 1]) * mult) << 4));
+}
+
 /// The stochastic rowwise codes of elements [0, len) of one block (the portable loop; a partial block).
 template <class T>
 inline void nvfp4_block_sr_scalar(const T* x, std::size_t len, float mult, const std::uint32_t* words,
@@ -90,13 +98,8 @@ inline void nvfp4_row_rn_scalar(const T* x, std::size_t K, float s_enc, float s_
   for (std::size_t c0 = 0, b = 0; c0 < K; c0 += nvfp4_block, ++b) {
     const std::size_t len = std::min<std::size_t>(nvfp4_block, K - c0);
     const std::uint8_t code = nvfp4_block_scale(nvfp4_block_amax(x + c0, len, 1), s_enc);
-    const float mult = nvfp4_block_multiplier(code, s_dec);
     scale[b] = code;
-    for (std::size_t i = 0; i < len; i += 2) {
-      const std::uint8_t lo = encode_e2m1(widen(x[c0 + i]) * mult);
-      const std::uint8_t hi = encode_e2m1(widen(x[c0 + i + 1]) * mult);
-      data[(c0 + i) / 2] = static_cast<std::uint8_t>(lo | (hi << 4));
-    }
+    nvfp4_block_rn_scalar(x + c0, len, nvfp4_block_multiplier(code, s_dec), data + c0 / 2);
   }
 }
 
@@ -209,7 +212,7 @@ TEQUANT_TARGET_AVX2_INLINE inline __m256i encode_e2m1_sr8(__m256 y, __m256i rand
 
 /// E4M3 block scales (codes) and multipliers of eight block amaxes: nvfp4_block_scale and
 /// nvfp4_block_multiplier, the same operations in eight lanes (block_factor = S_enc * (1/6), dec = S_dec).
-TEQUANT_TARGET_AVX2_INLINE inline void block_scales8(__m256 block_amax, __m256 block_factor, __m256 dec,
+TEQUANT_TARGET_AVX2_INLINE inline void nvfp4_block_scales8(__m256 block_amax, __m256 block_factor, __m256 dec,
                                                      std::int32_t* codes, float* mult) noexcept {
   const __m256i c = encode8<fp8_dtype::e4m3>(_mm256_mul_ps(block_amax, block_factor));
   const __m256 scales = _mm256_i32gather_ps(e4m3_values.data(), c, 4);
@@ -241,7 +244,7 @@ struct nvfp4_columns_sr {
 
 /// Columnwise 16x1 blocks of one full block of 16 rows x [16, K] (row stride K), eight columns (eight
 /// blocks, a lane each) at a time: the block amaxes (NaN ignored), scales and multipliers as
-/// block_scales8, then each column's 16 codes (by `encode`) packed two a byte in row order (even rows in
+/// nvfp4_block_scales8, then each column's 16 codes (by `encode`) packed two a byte in row order (even rows in
 /// the low nibble), the same operations as the portable loops. With `tile_mult` (2D tiles) column k's
 /// scale is already chosen and its multiplier is tile_mult[k]. Returns the columns done (a multiple of 8).
 template <class T, class Encode>
@@ -260,7 +263,7 @@ TEQUANT_TARGET_AVX2 inline std::size_t nvfp4_columns16(const T* x, std::size_t K
       for (std::size_t r = 1; r < nvfp4_block; ++r) key = _mm256_max_epi32(key, amax_key8(load8(x + r * K + k)));
       alignas(32) std::int32_t code[8];
       alignas(32) float mult[8];
-      block_scales8(_mm256_castsi256_ps(key), block_factor, dec, code, mult);
+      nvfp4_block_scales8(_mm256_castsi256_ps(key), block_factor, dec, code, mult);
       for (std::size_t c = 0; c < 8; ++c) o.scale[(k + c) * o.scale_stride] = static_cast<std::uint8_t>(code[c]);
       m = _mm256_load_ps(mult);
     }
@@ -306,9 +309,7 @@ struct nvfp4_encode_rn {
   }
   template <class T>
   void tail(const T* p, std::size_t len, float mult, std::size_t, std::uint8_t* out) const noexcept {
-    for (std::size_t i = 0; i < len; i += 2)
-      out[i / 2] =
-          static_cast<std::uint8_t>(encode_e2m1(widen(p[i]) * mult) | (encode_e2m1(widen(p[i + 1]) * mult) << 4));
+    nvfp4_block_rn_scalar(p, len, mult, out);
   }
 };
 struct nvfp4_encode_sr {
@@ -346,7 +347,7 @@ TEQUANT_TARGET_AVX2 inline void nvfp4_row(const T* x, std::size_t K, float s_enc
       keys[j] = _mm256_max_epi32(amax_key8(load8(p + j * B)), amax_key8(load8(p + j * B + 8)));
     alignas(32) std::int32_t c[8];
     alignas(32) float m[8];
-    block_scales8(_mm256_castsi256_ps(transpose_max8(keys)), block_factor, dec, c, m);
+    nvfp4_block_scales8(_mm256_castsi256_ps(transpose_max8(keys)), block_factor, dec, c, m);
     for (int j = 0; j < 8; ++j) {
       const std::size_t bj = b + static_cast<std::size_t>(j);
       scale[bj] = static_cast<std::uint8_t>(c[j]);
@@ -399,10 +400,8 @@ inline void nvfp4_row_given_scales_host(const T* x, std::size_t K, const float* 
   if (host_has_avx2()) b = avx2::nvfp4_row_given_scales(x, K, mult, data);
 #endif
   for (; b * nvfp4_block < K; ++b) {
-    const std::size_t c0 = b * nvfp4_block, len = std::min<std::size_t>(nvfp4_block, K - c0);
-    for (std::size_t i = 0; i < len; i += 2)
-      data[(c0 + i) / 2] = static_cast<std::uint8_t>(encode_e2m1(widen(x[c0 + i]) * mult[b]) |
-                                                     (encode_e2m1(widen(x[c0 + i + 1]) * mult[b]) << 4));
+    const std::size_t c0 = b * nvfp4_block;
+    nvfp4_block_rn_scalar(x + c0, std::min<std::size_t>(nvfp4_block, K - c0), mult[b], data + c0 / 2);
   }
 }
 
@@ -458,8 +457,10 @@ void quantize_nvfp4_host(matrix_view<const T> x, const nvfp4_options& opt, const
   // 16x16 tiles: one scale per tile for both directions.
   // A tile's amax is the max of its columns' amax keys over its rows (NaN ignored, as the block amax).
   std::vector<std::uint8_t> tile;
+  std::vector<float> tile_mult;  // each tile's multiplier, for both directions
   if (opt.tile_2d) {
     tile.resize(MB * KB);
+    tile_mult.resize(MB * KB);
     std::vector<std::uint32_t> colkey(K);
     for (std::size_t mb = 0; mb < MB; ++mb) {
       std::fill(colkey.begin(), colkey.end(), 0u);
@@ -469,6 +470,7 @@ void quantize_nvfp4_host(matrix_view<const T> x, const nvfp4_options& opt, const
         const auto first = colkey.begin() + static_cast<std::ptrdiff_t>(kb * nvfp4_block);
         const auto last = colkey.begin() + static_cast<std::ptrdiff_t>(std::min(K, (kb + 1) * nvfp4_block));
         tile[mb * KB + kb] = nvfp4_block_scale(bits_float(*std::max_element(first, last)), s_enc);
+        tile_mult[mb * KB + kb] = nvfp4_block_multiplier(tile[mb * KB + kb], s_dec);
       }
     }
   }
@@ -485,14 +487,11 @@ void quantize_nvfp4_host(matrix_view<const T> x, const nvfp4_options& opt, const
                         o.rowwise_scale.data() + m * rs.cols);
     }
   } else if (row && !sr) {  // 2D tiles: each block's scale is its tile's
-    std::vector<float> tile_mult(KB);
-    for (std::size_t mb = 0; mb < MB; ++mb) {
-      for (std::size_t kb = 0; kb < KB; ++kb) tile_mult[kb] = nvfp4_block_multiplier(tile[mb * KB + kb], s_dec);
+    for (std::size_t mb = 0; mb < MB; ++mb)
       for (std::size_t m = mb * nvfp4_block; m < std::min(M, (mb + 1) * nvfp4_block); ++m) {
         std::memcpy(o.rowwise_scale.data() + m * rs.cols, tile.data() + mb * KB, KB);
-        nvfp4_row_given_scales_host(x.data + m * K, K, tile_mult.data(), o.rowwise_data.data() + m * K / 2);
+        nvfp4_row_given_scales_host(x.data + m * K, K, tile_mult.data() + mb * KB, o.rowwise_data.data() + m * K / 2);
       }
-    }
   } else if (row) {
     nvfp4_host_random rnd(opt.rng_seed, first);
     for (std::size_t m = 0; m < M; ++m) {
@@ -520,13 +519,9 @@ void quantize_nvfp4_host(matrix_view<const T> x, const nvfp4_options& opt, const
     for (std::size_t mb = 0; mb < MB; ++mb) {
       const std::size_t r0 = mb * nvfp4_block, len = std::min<std::size_t>(nvfp4_block, M - r0);
       if (opt.tile_2d)
-        for (std::size_t kb = 0; kb < KB; ++kb) {
-          const std::uint8_t code = tile[mb * KB + kb];
-          const float tile_mult = nvfp4_block_multiplier(code, s_dec);
-          for (std::size_t k = kb * nvfp4_block; k < std::min(K, (kb + 1) * nvfp4_block); ++k) {
-            o.columnwise_scale[k * cs.cols + mb] = code;
-            mult[k] = tile_mult;
-          }
+        for (std::size_t k = 0; k < K; ++k) {
+          o.columnwise_scale[k * cs.cols + mb] = tile[mb * KB + k / nvfp4_block];
+          mult[k] = tile_mult[mb * KB + k / nvfp4_block];
         }
       const std::size_t done =
           len < nvfp4_block ? 0

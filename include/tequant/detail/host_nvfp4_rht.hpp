@@ -107,11 +107,11 @@ TEQUANT_TARGET_AVX2 inline std::size_t nvfp4_rht_columns8(const T* x, std::size_
   return k;
 }
 
-/// The round-to-nearest columnwise blocks of the transformed copy t [K, M]: nvfp4_rht_encode_block
-/// without a random stream, its 16 codes eight lanes at a time (the scalar encoder's results).
-/// Eight blocks at a time: their amaxes from the sign-cleared bits (a NaN's exceed every number's, so
-/// a NaN in a block makes its amax NaN, as nan_propagating_amax; any NaN gives the same scale 0x7F),
-/// scales by the FP8 encoder, multipliers capped at FLT_MAX with NaN kept.
+/// The round-to-nearest columnwise blocks of the transformed copy t [K, M] (nvfp4_rht_encode_block
+/// without a random stream), eight blocks of a column at a time: their amaxes from the sign-cleared
+/// bits (a NaN's exceed every number's, so a NaN in a block makes its amax NaN, as
+/// nan_propagating_amax; any NaN gives the same scale 0x7F), scales by the FP8 encoder, multipliers
+/// capped at FLT_MAX with NaN kept; the leftover blocks by nvfp4_rht_encode_block itself.
 inline TEQUANT_TARGET_AVX2 void nvfp4_rht_encode_rn(const float* t, std::size_t M, std::size_t K, nvfp4_tensor_scales s,
                                                     std::uint8_t* data, std::uint8_t* scale, std::size_t scale_cols) noexcept {
   const __m256i magnitude = _mm256_set1_epi32(0x7FFFFFFF);
@@ -140,9 +140,7 @@ inline TEQUANT_TARGET_AVX2 void nvfp4_rht_encode_rn(const float* t, std::size_t 
     }
     for (; mb < MB; ++mb) {
       const std::size_t e0 = k * M + mb * nvfp4_block;
-      const std::uint8_t code = nvfp4_rht_block_scale(nan_propagating_amax(t + e0, nvfp4_block), s.encode);
-      scale[k * scale_cols + mb] = code;
-      nvfp4_encode16(t + e0, _mm256_set1_ps(nvfp4_rht_block_multiplier(code, s.decode)), data + e0 / 2);
+      scale[k * scale_cols + mb] = nvfp4_rht_encode_block(t + e0, s, data, e0, nullptr);
     }
   }
 }
