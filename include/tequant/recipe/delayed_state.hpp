@@ -601,10 +601,11 @@ inline void delayed_suffix_update16(const delayed_bucket_view& v, std::uint32_t 
 /// 0, positions [0, head) hold new commits and [head, L) the previous round's. The window max is
 /// max(max of [0, head], max of [head + 1, L)): the first is a running maximum (window_front[j]),
 /// the second a suffix maximum computed once per round when the head wraps (window[j*L + p], O(L)
-/// once per L commits). An update reads and writes two adjacent positions of two arrays and nothing
-/// data-dependent, where the deque's pops chase ring positions through it. The maxima are of the
-/// ordering keys (window_ukey), so the result is the scan's float bit for bit. Unused slots (c == 0,
-/// unpredictable) go through the same branch-free code and change nothing.
+/// once per L commits, vectorised). An update reads and writes two adjacent positions of two arrays
+/// and nothing data-dependent, where the deque's pops chase ring positions through it. The maxima are
+/// of the ordering keys (window_ukey), so the result is the scan's float bit for bit. Unused slots
+/// (c == 0, unpredictable) go through the same branch-free code and change nothing. With AVX-512, 16
+/// slots at a time (delayed_suffix_update16); the slots left over one at a time.
 template <class Algo>
 inline void delayed_update_bucket_suffix(const delayed_bucket_view& v, Algo algo, delayed_update_args args) noexcept {
   // Slots are updated in chunks whose amaxes stay on the stack for the vectorised scale pass. Each
