@@ -354,7 +354,7 @@ template <class Algo>
 /// The whole update of slots [0, n16) (a multiple of 16) with rings of a fixed length (a multiple of
 /// 16, at most 32), in one pass of 16 slots at a time. A slot's ring is one or two 16-float vectors:
 /// the commit is a masked broadcast of the amax into the vector at the head (an unused slot's mask is
-/// empty) and a store of the whole vector, and the window maximum is taken from the vector still in
+/// empty) and a masked store, and the window maximum is taken from the vector still in
 /// the register (the maxps chain from +0, reduced across the 16 slots as in ring_max16), so the ring
 /// is read and written once. Then the heads, and the scales as delayed_scale_pass computes them.
 template <std::uint32_t FixedL, class Algo>
