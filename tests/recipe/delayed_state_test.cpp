@@ -149,6 +149,34 @@ TEST_CASE("delayed update equals TE's roll when some slots' history is re-import
   }
 }
 
+// The whole-bucket update (vector paths with 16 slots at a time, a scalar tail) and the per-slot
+// update (delayed_update_slot, the CUDA kernel's) leave the same bytes in every part of the state that
+// is saved or read: ring, heads, scales and staging. An unused slot's ring entry at its head is never
+// read before it is overwritten, so only this comparison sees a path that writes it.
+TEST_CASE("the host's whole-bucket update leaves the per-slot update's ring, heads, scales and staging") {
+  for (std::uint32_t L : {16u, 32u, 65u, 1024u}) {
+    CAPTURE(L);
+    const std::uint32_t n = 150, steps = L == 1024 ? 2 * L + 200 : 300;
+    bucket whole(L), each(L);
+    for (std::uint32_t j = 0; j < n; ++j) whole.add_slot(), each.add_slot();
+    amax_source src(5 + L);
+    const tequant::delayed_update_args args{448.0f};
+    for (std::uint32_t step = 0; step < steps; ++step) {
+      for (std::uint32_t j = 0; j < n; ++j) whole.staging()[j] = each.staging()[j] = src.next();
+      whole.update(tequant::window_max{}, args);
+      const auto ve = each.view();
+      for (std::uint32_t j = 0; j < n; ++j)
+        tequant::delayed_update_slot(ve, j, ve.staging[j], tequant::window_max{}, args);
+      const auto vw = whole.view();
+      const bool same = std::memcmp(vw.ring, ve.ring, std::size_t{n} * L * sizeof(float)) == 0 &&
+                        std::memcmp(vw.ring_head, ve.ring_head, n * sizeof(std::uint32_t)) == 0 &&
+                        std::memcmp(vw.scale, ve.scale, n * sizeof(float)) == 0 &&
+                        std::memcmp(vw.staging, ve.staging, n * sizeof(float)) == 0;
+      REQUIRE_MESSAGE(same, "L=", L, " step=", step);
+    }
+  }
+}
+
 TEST_CASE("delayed update: hand-checked edge cases") {
   bucket b(3);
   b.add_slot();

@@ -239,17 +239,17 @@ template <int Imm>
 inline __m512 shuffle_f32x4(__m512 a, __m512 b) noexcept { return _mm512_mask_shuffle_f32x4(a, 0xFFFF, a, b, Imm); }
 template <int Imm>
 inline __m512 shuffle_ps(__m512 a, __m512 b) noexcept { return _mm512_mask_shuffle_ps(a, 0xFFFF, a, b, Imm); }
+inline __m512i maxu16(__m512i a, __m512i b) noexcept { return _mm512_mask_max_epu32(a, 0xFFFF, a, b); }
+/// Lanes shifted down by Imm, +0 shifted in at the top.
+template <int Imm>
+inline __m512 shift_down(__m512 t) noexcept {
+  const __m512i x = _mm512_castps_si512(t);
+  return _mm512_castsi512_ps(_mm512_mask_alignr_epi32(x, 0xFFFF, _mm512_setzero_si512(), x, Imm));
+}
 
-/// ring_max4 for 16 consecutive rings of length L (a multiple of 16), slot s in lane s.
-template <std::uint32_t L>
-inline __m512 ring_max16(const float* ring) noexcept {
-  static_assert(L % 16 == 0);
-  __m512 a[16], b[8], c[4], d[2];
-  for (std::uint32_t s = 0; s < 16; ++s) {
-    __m512 m = _mm512_setzero_ps();
-    for (std::uint32_t i = 0; i < L; i += 16) m = max16(_mm512_loadu_ps(ring + s * L + i), m);
-    a[s] = m;
-  }
+/// Lane s of the result: the maximum of the 16 lanes of a[s] (all non-NaN and >= +0).
+inline __m512 reduce16(const __m512* a) noexcept {
+  __m512 b[8], c[4], d[2];
   // Each step halves the values per slot and doubles the slots per vector: 256-bit halves, 128-bit
   // quarters, pairs, single floats. The last leaves slot 4m + k at position 4k + m.
   for (int i = 0; i < 8; ++i) b[i] = max16(shuffle_f32x4<0x44>(a[2 * i], a[2 * i + 1]), shuffle_f32x4<0xEE>(a[2 * i], a[2 * i + 1]));
@@ -258,6 +258,19 @@ inline __m512 ring_max16(const float* ring) noexcept {
   const __m512 e = max16(shuffle_ps<0x88>(d[0], d[1]), shuffle_ps<0xDD>(d[0], d[1]));
   const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   return _mm512_mask_permutexvar_ps(e, 0xFFFF, order, e);
+}
+
+/// ring_max4 for 16 consecutive rings of length L (a multiple of 16), slot s in lane s.
+template <std::uint32_t L>
+inline __m512 ring_max16(const float* ring) noexcept {
+  static_assert(L % 16 == 0);
+  __m512 a[16];
+  for (std::uint32_t s = 0; s < 16; ++s) {
+    __m512 m = _mm512_setzero_ps();
+    for (std::uint32_t i = 0; i < L; i += 16) m = max16(_mm512_loadu_ps(ring + s * L + i), m);
+    a[s] = m;
+  }
+  return reduce16(a);
 }
 #endif
 
@@ -337,6 +350,59 @@ template <class Algo>
 }
 #endif
 
+#ifdef TEQUANT_DELAYED_AVX512
+/// The whole update of slots [0, n16) (a multiple of 16) with rings of a fixed length (a multiple of
+/// 16, at most 32), in one pass of 16 slots at a time. A slot's ring is one or two 16-float vectors:
+/// the commit is a masked broadcast of the amax into the vector at the head (an unused slot's mask is
+/// empty) and a masked store, and the window maximum is taken from the vector still in
+/// the register (the maxps chain from +0, reduced across the 16 slots as in ring_max16), so the ring
+/// is read and written once. Then the heads, and the scales as delayed_scale_pass computes them.
+template <std::uint32_t FixedL, class Algo>
+inline void delayed_update_ring_lines_avx512(const delayed_bucket_view& v, std::uint32_t n16, Algo algo,
+                                             float scaled_max) noexcept {
+  static_assert(FixedL % 16 == 0 && FixedL <= 32);
+  constexpr std::uint32_t L = FixedL;
+  const __m512 zero = _mm512_setzero_ps();
+  const __m512i ones = _mm512_set1_epi32(1);
+  alignas(64) std::uint32_t bit[16];
+  alignas(64) float w[16];
+  for (std::uint32_t j = 0; j < n16; j += 16) {
+    const __m512 c = _mm512_loadu_ps(v.staging + j);
+    const __m512i h = _mm512_loadu_si512(v.ring_head + j);
+    const __mmask16 used = _mm512_cmp_ps_mask(c, zero, _CMP_NEQ_UQ);  // c != 0, NaN included
+    _mm512_store_si512(bit, _mm512_maskz_sllv_epi32(used, ones, h));    // used ? 1 << head : 0
+    float* ring = v.ring + static_cast<std::size_t>(j) * L;
+    __m512 a[16];
+    for (std::uint32_t s = 0; s < 16; ++s) {
+      const __m128 cs = _mm_load_ss(v.staging + j + s);
+      __m512 m = zero;
+      for (std::uint32_t i = 0; i < L; i += 16) {
+        float* p = ring + s * L + i;
+        const __mmask16 k = static_cast<__mmask16>(bit[s] >> i);
+        const __m512 r = _mm512_mask_broadcastss_ps(_mm512_loadu_ps(p), k, cs);
+        _mm512_mask_storeu_ps(p, k, r);
+        m = max16(r, m);
+      }
+      a[s] = m;
+    }
+    _mm512_store_ps(w, reduce16(a));
+    for (std::uint32_t s = 0; s < 16; ++s) w[s] = algo(v.staging[j + s], w[s]);
+    const __m512 amax = _mm512_load_ps(w);
+    const __m512i next = _mm512_add_epi32(h, ones);
+    const __mmask16 wraps = _mm512_cmpeq_epi32_mask(next, _mm512_set1_epi32(static_cast<int>(L)));
+    _mm512_storeu_si512(v.ring_head + j, _mm512_mask_mov_epi32(h, used, _mm512_maskz_mov_epi32(static_cast<__mmask16>(~wraps), next)));
+    // The scale where the slot is used and 0 < amax < inf (false for NaN); 0 < q <= inf there.
+    const __mmask16 take = used & _mm512_cmp_ps_mask(amax, zero, _CMP_GT_OQ) &
+                           _mm512_cmp_ps_mask(amax, _mm512_set1_ps(bits_float(0x7F800000u)), _CMP_LT_OQ);
+    const __m512 q = _mm512_mask_min_ps(zero, 0xFFFF, _mm512_mask_div_ps(zero, 0xFFFF, _mm512_set1_ps(scaled_max), amax),
+                                        _mm512_set1_ps(float_max));
+    _mm512_storeu_ps(v.scale + j, _mm512_mask_mov_ps(_mm512_loadu_ps(v.scale + j), take, q));
+    _mm512_storeu_ps(v.staging + j, _mm512_mask_mov_ps(c, used, zero));
+    _mm512_storeu_si512(v.window_size + j, _mm512_set1_epi32(static_cast<int>(window_stale)));
+  }
+}
+#endif
+
 /// The host update without the deque, in three loops over the bucket: the slot's ring is the whole
 /// state and the deque is marked stale (whatever needs it later rebuilds it from the ring). Same
 /// results as delayed_update_slot on every slot. About one slot in ten is unused (c == 0) and which
@@ -354,6 +420,22 @@ inline void delayed_update_bucket_ring(const delayed_bucket_view& v, Algo algo, 
 #ifdef TEQUANT_DELAYED_AVX512
   if constexpr (!UsesWindow) {
     delayed_update_window_free_avx512(staging, ring, head, v.scale, amax_bits, n, L, algo, args.scaled_max);
+    return;
+  } else if constexpr (FixedL % 16 == 0 && FixedL != 0 && FixedL <= 32) {
+    // Groups of 16 slots in one pass; the slots left over (fewer than 16) by the passes below.
+    const std::uint32_t n16 = n & ~15u;
+    delayed_update_ring_lines_avx512<FixedL>(v, n16, algo, args.scaled_max);
+    if (n16 == n) return;
+    delayed_bucket_view rest = v;
+    rest.slots = n - n16;
+    rest.staging += n16;
+    rest.scale += n16;
+    rest.ring += static_cast<std::size_t>(n16) * L;
+    rest.ring_head += n16;
+    rest.window += static_cast<std::size_t>(n16) * L;
+    rest.window_front += n16;
+    rest.window_size += n16;
+    delayed_update_bucket_ring<true, 0>(rest, algo, args);
     return;
   }
 #endif
@@ -427,29 +509,103 @@ inline void build_window_suffix(const delayed_bucket_view& v, std::uint32_t j) n
   const std::size_t base = static_cast<std::size_t>(j) * L;
   const float* ring = v.ring + base;
   std::uint32_t* suffix = v.window + base;
+  std::uint32_t p = L;
+  // Vector blocks from the end, each a suffix scan within the block (as floats: maxps(x, +0) is the
+  // key of x as a float, and the maximum of non-NaN floats >= +0 is the float of the keys' maximum)
+  // combined with the running maximum of the later blocks; the positions left over go one by one.
+#if defined(TEQUANT_DELAYED_AVX512)
+  const __m512 zero16 = _mm512_setzero_ps();
+  __m512 carry16 = zero16;
+  const __m512i lane0 = _mm512_setzero_si512();
+  for (; p - h >= 16; p -= 16) {
+    __m512 t = max16(_mm512_loadu_ps(ring + p - 16), zero16);
+    // Lane i takes the maximum of lanes i..15 (lanes shifted down, zeros shifted in at the top).
+    t = max16(t, shift_down<1>(t));
+    t = max16(t, shift_down<2>(t));
+    t = max16(t, shift_down<4>(t));
+    t = max16(t, shift_down<8>(t));
+    t = max16(t, carry16);
+    _mm512_storeu_ps(reinterpret_cast<float*>(suffix + p - 16), t);
+    carry16 = _mm512_mask_permutexvar_ps(t, 0xFFFF, lane0, t);
+  }
+  std::uint32_t m = float_bits(_mm512_cvtss_f32(carry16));
+#elif defined(TEQUANT_DELAYED_SSE2)
+  const __m128 zero4 = _mm_setzero_ps();
+  __m128 carry4 = zero4;
+  for (; p - h >= 4; p -= 4) {
+    __m128 t = _mm_max_ps(_mm_loadu_ps(ring + p - 4), zero4);
+    t = _mm_max_ps(t, _mm_castsi128_ps(_mm_srli_si128(_mm_castps_si128(t), 4)));
+    t = _mm_max_ps(t, _mm_castsi128_ps(_mm_srli_si128(_mm_castps_si128(t), 8)));
+    t = _mm_max_ps(t, carry4);
+    _mm_storeu_ps(reinterpret_cast<float*>(suffix + p - 4), t);
+    carry4 = _mm_shuffle_ps(t, t, 0);
+  }
+  std::uint32_t m = float_bits(_mm_cvtss_f32(carry4));
+#else
   std::uint32_t m = 0;
-  for (std::uint32_t p = L; p-- > h;) {
+#endif
+  while (p-- > h) {
     const std::uint32_t k = window_ukey(ring[p]);
     m = k > m ? k : m;
     suffix[p] = m;
   }
-  std::uint32_t pre = 0;
-  for (std::uint32_t p = 0; p < h; ++p) {
-    const std::uint32_t k = window_ukey(ring[p]);
-    pre = k > pre ? k : pre;
-  }
-  v.window_front[j] = pre;
+  v.window_front[j] = float_bits(ring_max_host<0>(ring, h));  // the maximum of [0, h): its key
   v.window_size[j] = window_suffix;
 }
+
+#ifdef TEQUANT_DELAYED_AVX512
+/// The suffix-form update of slots [j, j+16) (see delayed_update_bucket_suffix), 16 lanes at once: the
+/// commit a masked scatter, the suffix maximum one past the head a masked gather. Leaves the window
+/// maxima (keys) in wmax; the scales are left to the caller. The same values as the one-slot code.
+inline void delayed_suffix_update16(const delayed_bucket_view& v, std::uint32_t j, std::uint32_t* wmax) noexcept {
+  const std::uint32_t L = v.history_length;
+  const __m512i stride = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32(static_cast<int>(L)));
+  {  // slots whose window storage is not in suffix form yet (rare: the first update, after a deque)
+    const __m512i ws = _mm512_loadu_si512(v.window_size + j);
+    std::uint32_t todo = _mm512_cmpneq_epu32_mask(ws, _mm512_set1_epi32(static_cast<int>(window_suffix)));
+    for (; todo != 0; todo &= todo - 1) build_window_suffix(v, j + static_cast<std::uint32_t>(__builtin_ctz(todo)));
+  }
+  {  // the two lines a later group will touch, on pages of their own (the first touch is a TLB miss)
+    constexpr std::uint32_t ahead = 32;
+    const std::uint32_t n = v.slots;
+    for (std::uint32_t p = j + ahead, e = p + 16 < n ? p + 16 : n; p < e; ++p) {
+      const std::uint32_t hp = v.ring_head[p];
+      const std::size_t b = static_cast<std::size_t>(p) * L;
+      __builtin_prefetch(v.ring + b + hp, 1);
+      __builtin_prefetch(v.window + b + (hp + 1 < L ? hp + 1 : hp), 0);
+    }
+  }
+  const std::size_t base = static_cast<std::size_t>(j) * L;
+  const __m512 c = _mm512_loadu_ps(v.staging + j);
+  const __m512i ci = _mm512_castps_si512(c);
+  const __m512i h = _mm512_loadu_si512(v.ring_head + j);
+  const __m512i next = _mm512_add_epi32(h, _mm512_set1_epi32(1));
+  const __m512i zero = _mm512_setzero_si512();
+  const __mmask16 used = _mm512_cmp_ps_mask(c, _mm512_setzero_ps(), _CMP_NEQ_UQ);  // c != 0, NaN included
+  const __mmask16 inside = _mm512_cmplt_epu32_mask(next, _mm512_set1_epi32(static_cast<int>(L)));
+  const __m512i old = _mm512_mask_i32gather_epi32(zero, inside, _mm512_add_epi32(stride, next), v.window + base, 4);
+  _mm512_mask_i32scatter_ps(v.ring + base, used, _mm512_add_epi32(stride, h), c, 4);
+  const __m512i kc = _mm512_maskz_mov_epi32(_mm512_cmple_epu32_mask(ci, _mm512_set1_epi32(0x7F800000)), ci);
+  const __m512i pre = maxu16(kc, _mm512_loadu_si512(v.window_front + j));  // unused: kc = 0
+  _mm512_storeu_si512(wmax, maxu16(pre, old));
+  _mm512_storeu_si512(v.window_front + j, pre);  // a wrapping slot's is rebuilt below
+  _mm512_storeu_si512(v.ring_head + j, _mm512_mask_mov_epi32(h, used, _mm512_maskz_mov_epi32(inside, next)));
+  // The heads that wrap: this round's commits become the old ones.
+  for (std::uint32_t wrap = used & static_cast<__mmask16>(~inside); wrap != 0; wrap &= wrap - 1)
+    build_window_suffix(v, j + static_cast<std::uint32_t>(__builtin_ctz(wrap)));
+}
+#endif
 
 /// The host update of long windows (van Herk / Gil-Werman). Since slot j's ring head last wrapped to
 /// 0, positions [0, head) hold new commits and [head, L) the previous round's. The window max is
 /// max(max of [0, head], max of [head + 1, L)): the first is a running maximum (window_front[j]),
 /// the second a suffix maximum computed once per round when the head wraps (window[j*L + p], O(L)
-/// once per L commits). An update reads and writes two adjacent positions of two arrays and nothing
-/// data-dependent, where the deque's pops chase ring positions through it. The maxima are of the
-/// ordering keys (window_ukey), so the result is the scan's float bit for bit. Unused slots (c == 0,
-/// unpredictable) go through the same branch-free code and change nothing.
+/// once per L commits, vectorised). An update reads and writes two adjacent positions of two arrays
+/// and nothing data-dependent, where the deque's pops chase ring positions through it. The maxima are
+/// of the ordering keys (window_ukey), so the result is the scan's float bit for bit. Unused slots
+/// (c == 0, unpredictable) go through the same branch-free code and change nothing. With AVX-512, 16
+/// slots at a time (delayed_suffix_update16); the slots left over one at a time.
 template <class Algo>
 inline void delayed_update_bucket_suffix(const delayed_bucket_view& v, Algo algo, delayed_update_args args) noexcept {
   // Slots are updated in chunks whose amaxes stay on the stack for the vectorised scale pass. Each
@@ -463,7 +619,15 @@ inline void delayed_update_bucket_suffix(const delayed_bucket_view& v, Algo algo
   std::uint32_t amax_bits[chunk];
   for (std::uint32_t j0 = 0; j0 < n; j0 += chunk) {
     const std::uint32_t count = n - j0 < chunk ? n - j0 : chunk;
-    for (std::uint32_t k = 0; k < count; ++k) {
+    std::uint32_t k = 0;
+#ifdef TEQUANT_DELAYED_AVX512
+    for (; k + 16 <= count; k += 16) {
+      const std::uint32_t j = j0 + k;
+      delayed_suffix_update16(v, j, amax_bits + k);
+      for (std::uint32_t s = 0; s < 16; ++s) amax_bits[k + s] = float_bits(algo(staging[j + s], bits_float(amax_bits[k + s])));
+    }
+#endif
+    for (; k < count; ++k) {
       const std::uint32_t j = j0 + k;
 #if defined(__GNUC__) || defined(__clang__)
       if (j + ahead < n) {
