@@ -268,14 +268,13 @@ class manager_step {
  public:
   manager_step(std::uint32_t layers, bool kernels)
       : n_(layers), m_(bench_params<R>(), B::make(&engine_)), cast_(kernels) {
-    for (std::uint32_t i = 0; i < n_; ++i) frames_.push_back(std::make_unique<checkpoint_frame>("layer" + std::to_string(i)));
+    make_frames();
   }
 
   void step(probe* p) {
     if (p) {
       // Fresh frames, so that the probe also counts what a frame keeps between steps (its hash table).
-      frames_.clear();
-      for (std::uint32_t i = 0; i < n_; ++i) frames_.push_back(std::make_unique<checkpoint_frame>("layer" + std::to_string(i)));
+      make_frames();
       p->begin();
     }
     {
@@ -306,6 +305,12 @@ class manager_step {
   std::uint64_t backward_updates() const { return m_.stats().backward_updates; }
 
  private:
+  void make_frames() {
+    frames_.clear();
+    for (std::uint32_t i = 0; i < n_; ++i)
+      frames_.push_back(std::make_unique<checkpoint_frame>("layer" + std::to_string(i)));
+  }
+
   void register_modules() {
     for (std::uint32_t i = 0; i < n_; ++i) {
       const module_handle h = m_.register_module("layer" + std::to_string(i), 1);
