@@ -34,7 +34,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <deque>
+#include <memory>
 #include <new>
 #include <span>
 #include <string>
@@ -268,14 +268,13 @@ class manager_step {
  public:
   manager_step(std::uint32_t layers, bool kernels)
       : n_(layers), m_(bench_params<R>(), B::make(&engine_)), cast_(kernels) {
-    for (std::uint32_t i = 0; i < n_; ++i) frames_.emplace_back("layer" + std::to_string(i));
+    make_frames();
   }
 
   void step(probe* p) {
     if (p) {
       // Fresh frames, so that the probe also counts what a frame keeps between steps (its hash table).
-      frames_.clear();
-      for (std::uint32_t i = 0; i < n_; ++i) frames_.emplace_back("layer" + std::to_string(i));
+      make_frames();
       p->begin();
     }
     {
@@ -283,7 +282,7 @@ class manager_step {
       if (!registered_) register_modules();  // first step only
       for (std::uint32_t i = 0; i < n_; ++i) {
         if constexpr (C == recompute::stacked) {
-          auto frame = m_.checkpoint_forward(frames_[i]);
+          auto frame = m_.checkpoint_forward(*frames_[i]);
           forward_layer(i);
         } else {
           forward_layer(i);
@@ -306,6 +305,12 @@ class manager_step {
   std::uint64_t backward_updates() const { return m_.stats().backward_updates; }
 
  private:
+  void make_frames() {
+    frames_.clear();
+    for (std::uint32_t i = 0; i < n_; ++i)
+      frames_.push_back(std::make_unique<checkpoint_frame>("layer" + std::to_string(i)));
+  }
+
   void register_modules() {
     for (std::uint32_t i = 0; i < n_; ++i) {
       const module_handle h = m_.register_module("layer" + std::to_string(i), 1);
@@ -324,7 +329,7 @@ class manager_step {
   void backward_layers() {
     for (std::uint32_t i = n_; i-- > 0;) {
       if constexpr (C == recompute::stacked) {
-        auto replay = m_.checkpoint_replay(frames_[i]);
+        auto replay = m_.checkpoint_replay(*frames_[i]);
         auto region = m_.autocast();
         forward_layer(i);
       }
@@ -336,7 +341,7 @@ class manager_step {
 
   std::size_t snapshot_payload() const {
     std::size_t b = 0;
-    for (const auto& f : frames_) b += f.snapshot_slots() * sizeof(float);
+    for (const auto& f : frames_) b += f->snapshot_slots() * sizeof(float);
     return b;
   }
 
@@ -344,7 +349,9 @@ class manager_step {
   bench_engine engine_;
   manager_t m_;
   caster<R> cast_;
-  std::deque<checkpoint_frame> frames_;
+  // One frame per layer, reached directly (as an engine's checkpoint node holds its own): a deque's
+  // indexing cost more per layer than some of the bookkeeping measured here.
+  std::vector<std::unique_ptr<checkpoint_frame>> frames_;
   std::vector<module_handle> mods_;
   std::vector<slot_id> fwd_, bwd_;
   bool registered_ = false;

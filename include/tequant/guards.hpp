@@ -5,6 +5,8 @@
 #include <exception>
 #include <utility>
 
+#include "tequant/config.hpp"
+
 namespace tequant {
 
 /// An autocast region (see quantization_manager::autocast). Its destructor may throw when the forward
@@ -17,18 +19,20 @@ class [[nodiscard]] autocast_region {
         uncaught_(o.uncaught_) {}
   autocast_region& operator=(autocast_region&&) = delete;
   ~autocast_region() noexcept(false) {
-    if (m_ != nullptr) m_->exit_autocast(enabled_, prev_enabled_, memo_, std::uncaught_exceptions() > uncaught_);
+    if (m_ != nullptr) m_->exit_autocast(enabled_, prev_enabled_, memo_, uncaught_);
   }
 
  private:
   friend Manager;
   using memo_type = typename Manager::region_memo;
-  autocast_region(Manager* m, bool enabled, bool prev_enabled, memo_type memo) noexcept
-      : m_(m), enabled_(enabled), prev_enabled_(prev_enabled), memo_(memo), uncaught_(std::uncaught_exceptions()) {}
+  // `uncaught`: std::uncaught_exceptions() at the entry where the exit may run the forward update, else
+  // -1 (the manager asks the runtime only where the exit depends on it: a call into libstdc++ each).
+  autocast_region(Manager* m, bool enabled, bool prev_enabled, memo_type memo, int uncaught) noexcept
+      : m_(m), enabled_(enabled), prev_enabled_(prev_enabled), memo_(memo), uncaught_(uncaught) {}
   Manager* m_;
   bool enabled_, prev_enabled_;
   memo_type memo_;
-  int uncaught_;
+  int uncaught_;  // at construction, or -1: not watched
 };
 
 /// Sets the manager's grad mode until it dies.
@@ -74,7 +78,7 @@ class [[nodiscard]] frame_guard {
   frame_guard(frame_guard&& o) noexcept
       : m_(std::exchange(o.m_, nullptr)), frame_(o.frame_), prev_enabled_(o.prev_enabled_), uncaught_(o.uncaught_) {}
   frame_guard& operator=(frame_guard&&) = delete;
-  ~frame_guard() {
+  TEQUANT_ALWAYS_INLINE ~frame_guard() {
     if (m_ != nullptr) m_->exit_frame(*frame_, prev_enabled_, uncaught_ >= 0 && std::uncaught_exceptions() > uncaught_);
   }
 

@@ -135,7 +135,10 @@ class quantization_manager {
     if (depth_ == 0) {
       if constexpr (is_stateful) flush_.top_level_entry(frames_.in_replay());
     }
-    autocast_region r(this, enabled, enabled_, flush_.autocast_enter(depth_));
+    // Only a region that can run the forward update at its exit (enabled, outermost, not in a replay)
+    // needs to know whether that exit unwinds.
+    const bool watch = is_stateful && enabled && depth_ == 0 && !frames_.in_replay();
+    autocast_region r(this, enabled, enabled_, flush_.autocast_enter(depth_), watch ? std::uncaught_exceptions() : -1);
     enabled_ = enabled;
     ++depth_;
     return r;
@@ -276,10 +279,9 @@ class quantization_manager {
           frames_.require_replayable(frame, this);  // a refused replay queues nothing
         flush_.replay_enter();
       }
-      const bool recorded = frames_.open_replay(frame, this);
-      frame_guard g(this, &frame, enabled_, !close_ignores_unwinding);
-      enabled_ = recorded;
-      return g;
+      const bool prev = enabled_;
+      enabled_ = frames_.open_replay(frame, this);
+      return frame_guard(this, &frame, prev, !close_ignores_unwinding);  // built in place: no move
     } else {
       return frame_guard(this, &frame, enabled_);
     }
@@ -327,15 +329,22 @@ class quantization_manager {
   Backend& backend() noexcept { return backend_; }
 
  private:
-  void exit_autocast(bool enabled, bool prev_enabled, region_memo memo, bool unwinding) {
+  // `uncaught`: std::uncaught_exceptions() at the region's entry, or -1 where the entry could not run
+  // the update at its exit (only guards destroyed out of nesting order reach the update then: they
+  // count as unwinding while any exception is in flight).
+  void exit_autocast(bool enabled, bool prev_enabled, region_memo memo, int uncaught) {
     --depth_;
     enabled_ = prev_enabled;
     flush_.autocast_exit(memo);
     if constexpr (is_stateful) {
-      if (enabled && depth_ == 0 && grad_enabled() && !frames_.in_replay() && !unwinding) {
+      if (enabled && depth_ == 0 && grad_enabled() && !frames_.in_replay() &&
+          std::uncaught_exceptions() <= (uncaught < 0 ? 0 : uncaught)) {
         collectives_.fetch_add(recipe_.reduce_and_update(direction::forward, table_, comm_), std::memory_order_relaxed);
         forward_updates_.fetch_add(1, std::memory_order_relaxed);
       }
+    } else {
+      (void)enabled;
+      (void)uncaught;
     }
   }
   void restore_grad_mode(bool prev) noexcept { grad_ = prev; }
@@ -344,7 +353,7 @@ class quantization_manager {
     // Deferred work of a logical backward that raised must not leak into the next one.
     if (unwinding && flush_.scope_depth() == 0) deferred_.clear();
   }
-  void exit_frame(checkpoint_frame& frame, bool prev_enabled, bool unwinding) noexcept {
+  TEQUANT_ALWAYS_INLINE void exit_frame(checkpoint_frame& frame, bool prev_enabled, bool unwinding) noexcept {
     if constexpr (recompute_stack<stack_part>) frames_.close(frame, unwinding);
     enabled_ = prev_enabled;
   }

@@ -59,6 +59,30 @@ TEST_CASE("snapshot_map: lookups below and above the index threshold, duplicates
   CHECK(m.find(last) == 0);
 }
 
+TEST_CASE("snapshot_map: reused after clear() with its index built, below the threshold and past it again") {
+  using tequant::detail::snapshot_map;
+  const auto key = [](std::uint64_t k) { return (k % 3) << 32 | (k * 7919); };
+  constexpr std::uint64_t big = 2 * snapshot_map::index_threshold;
+  snapshot_map m;
+  for (std::uint64_t k = 0; k < big; ++k) REQUIRE(m.try_emplace(key(k), static_cast<float>(k)));
+  // clear() keeps the index; entries added below the threshold (the inline path) must stay findable
+  // through it once the map grows past the threshold again.
+  for (const std::uint64_t n : {std::uint64_t{3}, big}) {
+    m.clear();
+    for (std::uint64_t k = 0; k < n; ++k) {
+      CHECK(m.try_emplace(key(k), static_cast<float>(k) + 0.5f));
+      CHECK_FALSE(m.try_emplace(key(k), -1.0f));
+    }
+    CHECK(m.size() == n);
+    for (std::uint64_t j = n; j-- > 0;) {  // reverse order: every lookup misses the hint
+      const std::size_t pos = m.find(key(j));
+      REQUIRE(pos == j);
+      CHECK(m.value(pos) == static_cast<float>(j) + 0.5f);
+    }
+    CHECK(m.find(key(n)) == snapshot_map::npos);
+  }
+}
+
 TEST_CASE("a frame around many modules replays every slot with its first-use scale, in any order, step after step") {
   manager m(params());
   constexpr std::uint32_t modules = 20;  // 60 forward slots: the snapshot uses its index

@@ -13,6 +13,7 @@
 #include "tequant/cast_plan.hpp"
 #include "tequant/checkpoint/frame.hpp"
 #include "tequant/checkpoint/snapshot_map.hpp"
+#include "tequant/config.hpp"
 #include "tequant/error.hpp"
 #include "tequant/manager_types.hpp"
 
@@ -84,17 +85,17 @@ constexpr std::uint64_t frame_key(slot_id s) noexcept {
 template <class Backend>
 class frame_stack {
  public:
-  bool empty() const noexcept { return frames_.empty(); }
+  bool empty() const noexcept { return top_ == 0; }
   bool in_replay() const noexcept { return replay_depth_ != 0; }
-  std::uint32_t depth() const noexcept { return static_cast<std::uint32_t>(frames_.size()); }
+  std::uint32_t depth() const noexcept { return static_cast<std::uint32_t>(top_); }
   std::size_t outstanding() const noexcept { return outstanding_; }
 
   /// Opens `f` for its original forward; `active`: gradients on and inputs that need them, so a replay
   /// will come (otherwise the frame inherits the enclosing context, an enclosing replay included).
-  void open_forward(checkpoint_frame& f, bool active, bool enabled, const void* owner) {
+  TEQUANT_ALWAYS_INLINE void open_forward(checkpoint_frame& f, bool active, bool enabled, const void* owner) {
     if (detail::frame_access::get(f) != detail::frame_access::phase::idle) [[unlikely]]
       not_idle(f);
-    frames_.push_back({&f, active ? mode::recording : mode::inactive});
+    push({&f, active ? mode::recording : mode::inactive});
     if (active) detail::frame_access::begin(f, owner, &outstanding_, enabled);
   }
 
@@ -110,10 +111,10 @@ class frame_stack {
   static constexpr bool unwinding_matters_only_when_recording = true;
 
   /// Reopens `f` for its replay; returns the autocast state its original forward ran under.
-  bool open_replay(checkpoint_frame& f, const void* owner) {
+  TEQUANT_ALWAYS_INLINE bool open_replay(checkpoint_frame& f, const void* owner) {
     using phase = detail::frame_access::phase;
     require_replayable(f, owner);
-    frames_.push_back({&f, mode::replaying});
+    push({&f, mode::replaying});
     detail::frame_access::set(f, phase::replaying);
     ++replay_depth_;
     return detail::frame_access::enabled(f);
@@ -121,12 +122,14 @@ class frame_stack {
 
   /// Closes `f` (the top frame: guards are RAII; searched anyway so that a misused guard cannot corrupt
   /// another frame). A replay releases its snapshot; an original forward that unwound has no replay.
-  void close(checkpoint_frame& f, bool unwinding) noexcept {
-    std::size_t i = frames_.size();
-    while (i > 0 && frames_[i - 1].frame != &f) --i;
-    if (i == 0) return;
-    const mode kind = frames_[i - 1].kind;
-    frames_.erase(frames_.begin() + static_cast<std::ptrdiff_t>(i - 1));
+  TEQUANT_ALWAYS_INLINE void close(checkpoint_frame& f, bool unwinding) noexcept {
+    mode kind;
+    if (top_ != 0 && frames_[top_ - 1].frame == &f) [[likely]] {
+      kind = frames_[top_ - 1].kind;
+      --top_;
+    } else if (!remove_below_top(f, kind)) {
+      return;
+    }
     if (kind == mode::replaying) {
       --replay_depth_;
       detail::frame_access::release(f);
@@ -143,26 +146,41 @@ class frame_stack {
   /// was used as their own snapshot. `forward_slots` sizes a device snapshot's first allocation;
   /// `describe(slot)` names the slot in errors.
   template <class Describe>
-  cast_plan plan_forward(slot_id slot, cast_plan plan, Backend& backend, std::size_t forward_slots,
-                         const void* owner, Describe&& describe) {
-    std::size_t r = frames_.size();
-    while (r > 0 && frames_[r - 1].kind != mode::replaying) --r;
-    if (plan.scale == nullptr && plan.rng_offset == nullptr) {  // the cast depends on no state: nothing to keep
-      if (r > 0) plan.amax = nullptr;
-      return plan;
-    }
-    const std::uint64_t key = detail::frame_key(slot);
+  TEQUANT_ALWAYS_INLINE cast_plan plan_forward(slot_id slot, cast_plan plan, Backend& backend,
+                                               std::size_t forward_slots, const void* owner, Describe&& describe) {
     if constexpr (Backend::host_accessible) {
-      plan_on_host(key, r, plan, slot, describe);  // in place: a cast_plan is 64 bytes to copy
-      return plan;
-    } else {
-      return plan_on_device(key, r, plan, backend, forward_slots, owner, slot, describe);
+      // One frame open (a checkpointed layer's forward or its replay): inline. Nested frames and
+      // frames inside a replay take the general path below.
+      if (top_ == 1) [[likely]] {
+        const entry top = frames_[0];
+        if (top.kind == mode::inactive || (plan.scale == nullptr && plan.rng_offset == nullptr)) {
+          if (top.kind == mode::replaying) plan.amax = nullptr;
+          return plan;
+        }
+        auto& snap = detail::frame_access::snapshot(*top.frame);
+        const std::uint64_t key = detail::frame_key(slot);
+        if (top.kind == mode::recording) {
+          snap.try_emplace(key, plan.scale != nullptr ? *plan.scale : 0.0f,
+                           plan.rng_offset != nullptr ? *plan.rng_offset : 0);
+          return plan;
+        }
+        // A replay asks in the order its original forward recorded: find() compares one entry.
+        const std::size_t pos = snap.find(key);
+        if (pos == detail::snapshot_map::npos) [[unlikely]]
+          missing_snapshot(*top.frame, slot, describe);
+        // A replaying frame takes no new entries: these addresses hold until it ends.
+        if (plan.scale != nullptr) plan.scale = &snap.value(pos);
+        if (plan.rng_offset != nullptr) plan.rng_offset = &snap.rng_offset(pos);
+        plan.amax = nullptr;
+        return plan;
+      }
     }
+    return plan_nested(slot, plan, backend, forward_slots, owner, describe);
   }
 
   /// Refuses state loading while frames are open or hold snapshots of the current scales.
   void require_quiescent(const std::string& where) const {
-    detail::require(frames_.empty(), where, ": called while ", frames_.size(),
+    detail::require(top_ == 0, where, ": called while ", top_,
                     " checkpoint frame(s) are open; load between steps");
     detail::require(outstanding_ == 0, where, ": ", outstanding_,
                     " checkpoint frame(s) still hold snapshots of the current scales; finish their replays (or "
@@ -175,6 +193,49 @@ class frame_stack {
     checkpoint_frame* frame;
     mode kind;
   };
+
+  // Any number of frames: the nearest replaying frame below the top decides (its snapshot, nothing
+  // recorded); recording frames above it reserve what was used as their own snapshot.
+  template <class Describe>
+  [[gnu::noinline]] cast_plan plan_nested(slot_id slot, cast_plan plan, Backend& backend, std::size_t forward_slots,
+                                          const void* owner, Describe& describe) {
+    std::size_t r = top_;
+    while (r > 0 && frames_[r - 1].kind != mode::replaying) --r;
+    if (plan.scale == nullptr && plan.rng_offset == nullptr) {  // the cast depends on no state: nothing to keep
+      if (r > 0) plan.amax = nullptr;
+      return plan;
+    }
+    const std::uint64_t key = detail::frame_key(slot);
+    if constexpr (Backend::host_accessible) {
+      (void)backend;
+      (void)forward_slots;
+      (void)owner;
+      plan_on_host(key, r, plan, slot, describe);  // in place: a cast_plan is 64 bytes to copy
+      return plan;
+    } else {
+      return plan_on_device(key, r, plan, backend, forward_slots, owner, slot, describe);
+    }
+  }
+
+  // A guard closed out of LIFO order (misuse): removes `f` from below the top; false if not open.
+  [[gnu::noinline]] bool remove_below_top(const checkpoint_frame& f, mode& kind) noexcept {
+    std::size_t i = top_;
+    while (i > 0 && frames_[i - 1].frame != &f) --i;
+    if (i == 0) return false;
+    kind = frames_[i - 1].kind;
+    for (; i < top_; ++i) frames_[i - 1] = frames_[i];
+    --top_;
+    return true;
+  }
+
+  // The open frames live in the first top_ entries of frames_, which keeps its size: a step's frames
+  // reuse the storage without an allocation (and without the vector's bookkeeping per push and pop).
+  TEQUANT_ALWAYS_INLINE void push(entry e) {
+    if (top_ == frames_.size()) [[unlikely]]
+      grow();
+    frames_[top_++] = e;
+  }
+  [[gnu::noinline]] void grow() { frames_.resize(std::max<std::size_t>(8, 2 * frames_.size())); }
 
   // The messages are built out of line: require()'s arguments would be evaluated on every call.
   [[noreturn, gnu::noinline, gnu::cold]] static void not_idle(const checkpoint_frame& f) {
@@ -208,14 +269,14 @@ class frame_stack {
       if (plan.scale != nullptr) plan.scale = &snap.value(pos);
       if (plan.rng_offset != nullptr) plan.rng_offset = &snap.rng_offset(pos);
       plan.amax = nullptr;
-      for (std::size_t i = r; i < frames_.size(); ++i)
+      for (std::size_t i = r; i < top_; ++i)
         if (frames_[i].kind == mode::recording)
           detail::frame_access::snapshot(*frames_[i].frame).try_emplace(key, snap.value(pos), snap.rng_offset(pos));
       return;
     }
     const float used = plan.scale != nullptr ? *plan.scale : 0.0f;
     const std::uint64_t rng = plan.rng_offset != nullptr ? *plan.rng_offset : 0;
-    for (std::size_t i = 0; i < frames_.size(); ++i)
+    for (std::size_t i = 0; i < top_; ++i)
       if (frames_[i].kind == mode::recording) detail::frame_access::snapshot(*frames_[i].frame).try_emplace(key, used, rng);
   }
 
@@ -236,7 +297,7 @@ class frame_stack {
       if (plan.rng_offset != nullptr) rng_used = plan.rng_offset = &index.rng_offset(pos);
       plan.amax = nullptr;
     }
-    for (std::size_t i = r; i < frames_.size(); ++i)
+    for (std::size_t i = r; i < top_; ++i)
       if (frames_[i].kind == mode::recording)
         snapshot_on_device(*frames_[i].frame, key, used, rng_used != nullptr ? *rng_used : rng, backend, forward_slots,
                            owner);
@@ -273,7 +334,8 @@ class frame_stack {
     }
   }
 
-  std::vector<entry> frames_;
+  std::vector<entry> frames_;  // storage; the open frames are the first top_, the oldest first
+  std::size_t top_ = 0;
   std::uint32_t replay_depth_ = 0;
   std::size_t outstanding_ = 0;
 };

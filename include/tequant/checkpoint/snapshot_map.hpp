@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "tequant/config.hpp"
+
 namespace tequant::detail {
 
 /// What a frame's original forward cast with, one entry per forward slot in first-use order: the scale
@@ -23,15 +25,78 @@ class snapshot_map {
   static constexpr std::size_t initial_capacity = 4;
   static constexpr std::size_t index_threshold = 16;
 
-  std::size_t size() const noexcept { return entries_.size(); }
-  bool empty() const noexcept { return entries_.empty(); }
+  std::size_t size() const noexcept { return size_; }
+  bool empty() const noexcept { return size_ == 0; }
 
   /// Position of `key` (its first-use order), or npos.
-  std::size_t find(std::uint64_t key) noexcept {
-    const std::size_t n = entries_.size();
+  TEQUANT_ALWAYS_INLINE std::size_t find(std::uint64_t key) noexcept {
     // A replay casts its slots in the order its original forward did: the entry after the last hit
-    // is almost always the one asked for.
-    if (hint_ < n && entries_[hint_].key == key) return hint_++;
+    // is almost always the one asked for (one compare, inline); anything else searches out of line.
+    const std::size_t h = hint_;
+    if (h < size_ && entries_[h].key == key) [[likely]] {
+      hint_ = h + 1;
+      return h;
+    }
+    return find_slow(key);
+  }
+
+  float& value(std::size_t pos) noexcept { return entries_[pos].value; }
+  std::uint64_t& rng_offset(std::size_t pos) noexcept { return entries_[pos].rng_offset; }
+
+  /// Adds (key, v) unless `key` is present; returns whether it added. Strong guarantee: a failed
+  /// allocation leaves the map as it was. Positions of existing entries never change; their
+  /// addresses change only when the map grows.
+  TEQUANT_ALWAYS_INLINE bool try_emplace(std::uint64_t key, float v, std::uint64_t rng_offset = 0) {
+    const std::size_t n = size_;
+    // A recording frame asks for keys it mostly does not hold yet: no hint to try first (find()'s
+    // hint serves replays, which ask in recorded order). Without an index (a frame that never held
+    // `index_threshold` entries; clear() keeps an index once built) and with room left (a reused frame
+    // in steady state): a scan and a store, inline.
+    if (n + 1 < index_threshold && n < entries_.size() && index_.empty()) [[likely]] {
+      entry* e = entries_.data();
+      for (std::size_t i = 0; i < n; ++i)
+        if (e[i].key == key) return false;
+      e[n] = {key, v, rng_offset};
+      size_ = n + 1;
+      return true;
+    }
+    return try_emplace_slow(key, v, rng_offset);
+  }
+
+  /// Removes the entry added last (undoes a try_emplace whose follow-up failed).
+  void pop_back() noexcept {
+    if (size_ == 0) return;
+    const std::size_t last = size_ - 1;
+    if (!index_.empty()) {
+      // Linear probing: no key added before the last one probed past its cell, so emptying the
+      // cell keeps every other probe sequence intact.
+      const std::size_t mask = index_.size() - 1;
+      for (std::size_t h = hash(entries_[last].key, mask);; h = (h + 1) & mask)
+        if (index_[h] == last + 1) {
+          index_[h] = 0;
+          break;
+        }
+    }
+    size_ = last;
+    hint_ = 0;
+  }
+
+  /// Forgets every entry, keeps the storage.
+  void clear() noexcept {
+    size_ = 0;
+    std::fill(index_.begin(), index_.end(), std::uint32_t{0});
+    hint_ = 0;
+  }
+
+ private:
+  struct entry {
+    std::uint64_t key;
+    float value;
+    std::uint64_t rng_offset;
+  };
+
+  [[gnu::noinline]] std::size_t find_slow(std::uint64_t key) noexcept {
+    const std::size_t n = size_;
     std::size_t pos = npos;
     if (index_.empty()) {
       for (std::size_t i = 0; i < n; ++i)
@@ -46,60 +111,21 @@ class snapshot_map {
     return pos;
   }
 
-  float& value(std::size_t pos) noexcept { return entries_[pos].value; }
-  std::uint64_t& rng_offset(std::size_t pos) noexcept { return entries_[pos].rng_offset; }
-
-  /// Adds (key, v) unless `key` is present; returns whether it added. Strong guarantee: a failed
-  /// allocation leaves the map as it was. Positions of existing entries never change; their
-  /// addresses change only when the map grows.
-  bool try_emplace(std::uint64_t key, float v, std::uint64_t rng_offset = 0) {
-    const std::size_t n = entries_.size();
-    // A recording frame asks for keys it mostly does not hold yet: no hint to try first (find()'s
-    // hint serves replays, which ask in recorded order).
+  [[gnu::noinline]] bool try_emplace_slow(std::uint64_t key, float v, std::uint64_t rng_offset) {
+    const std::size_t n = size_;
     if (index_.empty()) {
       for (std::size_t i = 0; i < n; ++i)
         if (entries_[i].key == key) return false;
     } else if (find_indexed(key) != npos) {
       return false;
     }
-    if (n == entries_.capacity()) entries_.reserve(std::max(initial_capacity, 2 * n));
+    if (n == entries_.size()) entries_.resize(std::max(initial_capacity, 2 * n));
     if (n + 1 >= index_threshold && 2 * (n + 1) > index_.size()) rebuild_index(n + 1);
-    entries_.push_back({key, v, rng_offset});  // cannot throw: room reserved above
+    entries_[n] = {key, v, rng_offset};
+    size_ = n + 1;
     if (!index_.empty()) insert_index(key, n);
     return true;
   }
-
-  /// Removes the entry added last (undoes a try_emplace whose follow-up failed).
-  void pop_back() noexcept {
-    if (entries_.empty()) return;
-    const std::size_t last = entries_.size() - 1;
-    if (!index_.empty()) {
-      // Linear probing: no key added before the last one probed past its cell, so emptying the
-      // cell keeps every other probe sequence intact.
-      const std::size_t mask = index_.size() - 1;
-      for (std::size_t h = hash(entries_[last].key, mask);; h = (h + 1) & mask)
-        if (index_[h] == last + 1) {
-          index_[h] = 0;
-          break;
-        }
-    }
-    entries_.pop_back();
-    hint_ = 0;
-  }
-
-  /// Forgets every entry, keeps the storage.
-  void clear() noexcept {
-    entries_.clear();
-    std::fill(index_.begin(), index_.end(), std::uint32_t{0});
-    hint_ = 0;
-  }
-
- private:
-  struct entry {
-    std::uint64_t key;
-    float value;
-    std::uint64_t rng_offset;
-  };
 
   static std::size_t hash(std::uint64_t key, std::size_t mask) noexcept {
     return static_cast<std::size_t>((key * 0x9E3779B97F4A7C15ull) >> 32) & mask;
@@ -126,10 +152,11 @@ class snapshot_map {
   void rebuild_index(std::size_t count) {
     std::vector<std::uint32_t> fresh(std::bit_ceil(std::max<std::size_t>(4 * count, 64)), 0);
     fresh.swap(index_);
-    for (std::size_t i = 0; i < entries_.size(); ++i) insert_index(entries_[i].key, i);
+    for (std::size_t i = 0; i < size_; ++i) insert_index(entries_[i].key, i);
   }
 
-  std::vector<entry> entries_;
+  std::vector<entry> entries_;  // storage: the first size_ are the entries, the rest room to grow into
+  std::size_t size_ = 0;
   std::vector<std::uint32_t> index_;  // empty, or a power of two of cells holding position + 1 (0: free)
   std::size_t hint_ = 0;
 };
