@@ -310,8 +310,8 @@ struct host_backend {
         for (std::size_t kb = 0; kb < KB; ++kb) o.rowwise_scale_inv[mb * rs.cols + kb] = 1.0f / tile_scale[mb * KB + kb];
       return;
     }
-    // 128x128 tiles: the tile kernel for 16-bit inputs; fp32 keeps the per-column path below, which
-    // measured faster for it (docs/benchmarks.md).
+    // 128x128 tiles with the columnwise copy: the tile kernel a row block at a time for 16-bit inputs;
+    // fp32 keeps the per-column path below, which measured faster for it (docs/benchmarks.md).
     const bool tile_kernel = tile_2d && sizeof(T) == 2;
     std::vector<std::uint32_t> colmax(tile_kernel ? 0 : K);
     std::vector<float> scale(tile_kernel ? KB : K);
