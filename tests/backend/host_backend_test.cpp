@@ -65,9 +65,11 @@ TEST_CASE("host dequantize inverts quantize up to FP8 rounding [" TEQUANT_TEST_V
 }
 
 // The 128x128 block kernel (the vector path where the CPU has it) against the portable loop, bit for
-// bit: partial tiles at both edges, K past the kernel's 32768-column chunk, tiles of different
-// magnitudes (a scale applied to the wrong tile shows), a tile holding an inf, one of zeros only, one
-// of denormals only, NaN and -0 scattered; with and without the codes, with streaming stores.
+// bit: partial tiles at both edges, K past the kernel's 32768-column chunk, several row blocks (the
+// kernel casts each while it reads the next: a full last block, a partial one, one of a single row),
+// tiles of different magnitudes (a scale applied to the wrong tile or row block shows), a tile holding
+// an inf, one of zeros only, one of denormals only, NaN and -0 scattered; with and without the codes,
+// with streaming stores.
 TEST_CASE_TEMPLATE("host block 128x128 kernel against the portable loop [" TEQUANT_TEST_VARIANT "]", T, float,
                    tequant::bf16, tequant::fp16) {
   namespace td = tequant::detail;
@@ -77,15 +79,16 @@ TEST_CASE_TEMPLATE("host block 128x128 kernel against the portable loop [" TEQUA
   struct shape {
     std::size_t M, K;
   };
-  for (const shape sh : {shape{1, 1}, shape{3, 130}, shape{128, 256}, shape{77, 300}, shape{128, 1000}, shape{5, 32768 + 200}}) {
-    const std::size_t M = sh.M, K = sh.K, KB = (K + 127) / 128;
+  for (const shape sh : {shape{1, 1}, shape{3, 130}, shape{128, 256}, shape{77, 300}, shape{128, 1000}, shape{5, 32768 + 200},
+                         shape{256, 384}, shape{300, 1000}, shape{129, 200}, shape{131, 32768 + 200}}) {
+    const std::size_t M = sh.M, K = sh.K, KB = (K + 127) / 128, MB = (M + 127) / 128;
     CAPTURE(M);
     CAPTURE(K);
     std::vector<T> x(M * K);
     for (std::size_t m = 0; m < M; ++m)
       for (std::size_t k = 0; k < K; ++k) {
         const std::size_t kb = k / 128;
-        float v = u(rng) * std::exp2(static_cast<float>(static_cast<int>(kb % 23) - 11));
+        float v = u(rng) * std::exp2(static_cast<float>(static_cast<int>((kb + 5 * (m / 128)) % 23) - 11));
         if (kb == 1) v = 0.0f;                                                   // zeros only
         if (kb == 2) v = ref::from_bits(1 + rng() % 0x7FFFFF);  // denormals only (0 in bf16/fp16)
         const unsigned r = rng() % 500;
@@ -100,7 +103,7 @@ TEST_CASE_TEMPLATE("host block 128x128 kernel against the portable loop [" TEQUA
         CAPTURE(pow2);
         const float eps = pow2 ? 0.0f : 1e-30f;
         std::vector<std::uint8_t> q(M * K + 16), wq(M * K);
-        std::vector<float> s(KB), ws(KB), s2(KB, -1.0f);
+        std::vector<float> s(MB * KB), ws(MB * KB), s2(MB * KB, -1.0f);
         // 16-byte aligned so that the streaming path runs when asked to.
         std::uint8_t* qd = q.data() + (16 - reinterpret_cast<std::uintptr_t>(q.data()) % 16) % 16;
         td::with_dtype(d, [&]<fp8_dtype D>() {
@@ -110,14 +113,15 @@ TEST_CASE_TEMPLATE("host block 128x128 kernel against the portable loop [" TEQUA
             std::fill(q.begin(), q.end(), std::uint8_t{0xAB});
             td::block_2d_host<D>(x.data(), M, K, qd, s.data(), pow2, eps, td::input_type_max<T>(), stream);
             CHECK(std::memcmp(qd, wq.data(), M * K) == 0);
-            CHECK(std::memcmp(s.data(), ws.data(), KB * sizeof(float)) == 0);
+            CHECK(std::memcmp(s.data(), ws.data(), MB * KB * sizeof(float)) == 0);
           }
           td::block_2d_host<D>(x.data(), M, K, nullptr, s2.data(), pow2, eps, td::input_type_max<T>(), false);
-          CHECK(std::memcmp(s2.data(), ws.data(), KB * sizeof(float)) == 0);
+          CHECK(std::memcmp(s2.data(), ws.data(), MB * KB * sizeof(float)) == 0);
         });
+        if (MB > 1) CHECK(ws[0] != ws[KB]);  // the row blocks' scales differ
         if (KB > 4) {
           CHECK(ws[0] != ws[4]);  // the tiles' scales differ
-          CHECK(ws[3] == 1.0f);   // the tile holding -inf
+          CHECK(ws[M / 2 / 128 * KB + 3] == 1.0f);  // the tile holding -inf
           if (eps == 0.0f) CHECK(ws[1] == 1.0f);  // zeros only
         }
       }

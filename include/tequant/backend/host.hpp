@@ -300,8 +300,18 @@ struct host_backend {
     if (col) std::fill(o.columnwise_scale_inv.begin(), o.columnwise_scale_inv.end(), 0.0f);
     // Each kernel call writes one 128-row block; the whole output decides whether they stream.
     const bool stream = M * K >= detail::streaming_store_min_bytes;
-    // 128x128 tiles: the tile kernel for 16-bit inputs; fp32 keeps the per-column path below, which
-    // measured faster for it (docs/benchmarks.md).
+    if (tile_2d && row && !col) {
+      // 128x128 tiles, rowwise only: one call for the whole matrix, which overlaps the amax pass of
+      // each row block with the cast of the one before.
+      const std::size_t MB = detail::ceil_div(M, 128);
+      std::vector<float> tile_scale(MB * KB);
+      detail::block_2d_host<D>(x.data, M, K, o.rowwise_data.data(), tile_scale.data(), pow2, eps, vinf, stream);
+      for (std::size_t mb = 0; mb < MB; ++mb)
+        for (std::size_t kb = 0; kb < KB; ++kb) o.rowwise_scale_inv[mb * rs.cols + kb] = 1.0f / tile_scale[mb * KB + kb];
+      return;
+    }
+    // 128x128 tiles with the columnwise copy: the tile kernel a row block at a time for 16-bit inputs;
+    // fp32 keeps the per-column path below, which measured faster for it (docs/benchmarks.md).
     const bool tile_kernel = tile_2d && sizeof(T) == 2;
     std::vector<std::uint32_t> colmax(tile_kernel ? 0 : K);
     std::vector<float> scale(tile_kernel ? KB : K);
@@ -313,8 +323,8 @@ struct host_backend {
       if (tile_kernel) {
         // Both directions share the tiles' scales, so the columnwise copy is the transposed codes.
         std::uint8_t* dst = row ? o.rowwise_data.data() + r0 * K : tmp.data();
-        // Not streamed when the transpose reads the codes back right away.
-        detail::block_2d_host<D>(blk, nr, K, dst, scale.data(), pow2, eps, vinf, row && !col && stream);
+        // Not streamed: the transpose reads the codes back right away.
+        detail::block_2d_host<D>(blk, nr, K, dst, scale.data(), pow2, eps, vinf, false);
         for (std::size_t kb = 0; kb < KB; ++kb) {
           const float si = 1.0f / scale[kb];
           if (row) o.rowwise_scale_inv[mb * rs.cols + kb] = si;

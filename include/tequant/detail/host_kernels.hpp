@@ -70,9 +70,10 @@ template <fp8_dtype D, class T>
 void block_rowwise_host(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, float* scale_inv,
                         std::size_t scale_stride, bool pow2, float eps, float value_for_inf, bool stream) noexcept;
 
-/// FP8 block scaling 128x128 tiles of one row block x [M, K] (M <= 128; the last tile of the row
-/// partial when K % 128 != 0): scale[kb] = scale_from_amax(amax of tile kb, ...), and, when data is
-/// non-null, data [M, K] = the codes of every tile cast with its scale.
+/// FP8 block scaling 128x128 tiles of x [M, K] in row blocks of 128 rows (the last row block partial
+/// when M % 128 != 0, the last tile of a row partial when K % 128 != 0): scale[mb * KB + kb] (KB =
+/// ceil(K / 128)) = scale_from_amax(amax of tile (mb, kb), ...), and, when data is non-null, data
+/// [M, K] = the codes of every tile cast with its scale.
 template <fp8_dtype D, class T>
 void block_2d_host(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, float* scale, bool pow2, float eps,
                    float value_for_inf, bool stream) noexcept;

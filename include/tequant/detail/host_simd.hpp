@@ -151,22 +151,27 @@ inline void block_rowwise_scalar(const T* x, std::size_t M, std::size_t K, std::
     }
 }
 
-/// FP8 block scaling 128x128 tiles of the row block x [M, K] (M <= 128): scale[kb] of each tile, and
-/// the cast of the tile with it into data [M, K] when data is non-null.
+/// FP8 block scaling 128x128 tiles of x [M, K] in row blocks of 128 (the last partial when M % 128 != 0):
+/// scale[mb * KB + kb] (KB = ceil(K / 128)) of each tile, and the cast of the tile with it into data
+/// [M, K] when data is non-null.
 template <fp8_dtype D, class T>
 inline void block_2d_scalar(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, float* scale, bool pow2, float eps,
                             float value_for_inf) noexcept {
-  for (std::size_t c0 = 0; c0 < K; c0 += 128) {
-    const std::size_t len = K - c0 < 128 ? K - c0 : 128;
-    std::uint32_t m = 0;
-    for (std::size_t r = 0; r < M; ++r) {
-      const std::uint32_t k = amax_bits_scalar(x + r * K + c0, len);
-      m = k > m ? k : m;
+  const std::size_t KB = (K + 127) / 128;
+  for (std::size_t r0 = 0; r0 < M; r0 += 128) {
+    const std::size_t nr = M - r0 < 128 ? M - r0 : 128;
+    for (std::size_t c0 = 0; c0 < K; c0 += 128) {
+      const std::size_t len = K - c0 < 128 ? K - c0 : 128;
+      std::uint32_t m = 0;
+      for (std::size_t r = r0; r < r0 + nr; ++r) {
+        const std::uint32_t k = amax_bits_scalar(x + r * K + c0, len);
+        m = k > m ? k : m;
+      }
+      const float s = scale_from_amax(bits_float(m), fp8_max(D), pow2, eps, value_for_inf);
+      scale[r0 / 128 * KB + c0 / 128] = s;
+      if (data)
+        for (std::size_t r = r0; r < r0 + nr; ++r) scale_encode_scalar<D>(x + r * K + c0, len, s, data + r * K + c0, false);
     }
-    const float s = scale_from_amax(bits_float(m), fp8_max(D), pow2, eps, value_for_inf);
-    scale[c0 / 128] = s;
-    if (data)
-      for (std::size_t r = 0; r < M; ++r) scale_encode_scalar<D>(x + r * K + c0, len, s, data + r * K + c0, false);
   }
 }
 
@@ -504,6 +509,14 @@ TEQUANT_TARGET_AVX2 inline void mxfp8_rowwise(const T* x, std::size_t M, std::si
   }
 }
 
+/// max(m, |v| of the non-NaN lanes of v), for amaxes kept as floats: maxps returns its second operand
+/// when either is NaN, so a NaN lane leaves m as it was (m is never NaN: it starts at 0). On the
+/// non-negative, non-NaN values left, the float max orders as amax_key's integer max of the bits, so
+/// the bits of the result are the amax key (2 operations per 8 elements instead of amax_key8's 4).
+TEQUANT_TARGET_AVX2_INLINE inline __m256 abs_max_skip_nan(__m256 v, __m256 m) noexcept {
+  return _mm256_max_ps(_mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF))), m);
+}
+
 /// Column amax keys of the 32 x (8 * NV) values at p (row stride K): lane i of keys[j] = max over the
 /// 32 rows of the key of column 8j + i. Kept in registers, so the column max costs no loads or stores
 /// of a colmax array.
@@ -519,6 +532,13 @@ TEQUANT_TARGET_AVX2_INLINE inline void column_keys32(const T* p, std::size_t K, 
       keys[2 * h] = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(m[h])), 16);
       keys[2 * h + 1] = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(m[h], 1)), 16);
     }
+  } else if constexpr (std::is_same_v<T, float>) {
+    // NaN-skipping float maxima: 2 operations per 8 elements (amax_key8: 4).
+    __m256 m[NV];
+    for (int j = 0; j < NV; ++j) m[j] = _mm256_setzero_ps();
+    for (std::size_t r = 0; r < 32; ++r)
+      for (int j = 0; j < NV; ++j) m[j] = abs_max_skip_nan(_mm256_loadu_ps(p + r * K + j * 8), m[j]);
+    for (int j = 0; j < NV; ++j) keys[j] = _mm256_castps_si256(m[j]);
   } else {
     for (int j = 0; j < NV; ++j) keys[j] = _mm256_setzero_si256();
     for (std::size_t r = 0; r < 32; ++r)
@@ -584,6 +604,23 @@ TEQUANT_TARGET_AVX2 inline void mxfp8_columnwise(const T* x, std::size_t K, std:
   }
 }
 
+/// max(m, the amax keys of the 128 elements at p) in 8 lanes: NaN-skipping float maxima for fp32 (two
+/// chains), keys32 for 16-bit inputs.
+template <class T>
+TEQUANT_TARGET_AVX2_INLINE inline __m256i tile_keys128(const T* p, __m256i m) noexcept {
+  if constexpr (std::is_same_v<T, float>) {
+    __m256 a = _mm256_castsi256_ps(m), b = _mm256_setzero_ps();
+    for (int j = 0; j < 16; j += 2) {
+      a = abs_max_skip_nan(_mm256_loadu_ps(p + 8 * j), a);
+      b = abs_max_skip_nan(_mm256_loadu_ps(p + 8 * j + 8), b);
+    }
+    return _mm256_castps_si256(_mm256_max_ps(a, b));
+  } else {
+    return _mm256_max_epi32(m, _mm256_max_epi32(_mm256_max_epi32(keys32(p), keys32(p + 32)),
+                                                _mm256_max_epi32(keys32(p + 64), keys32(p + 96))));
+  }
+}
+
 /// scale_from_amax for 8 lanes of non-NaN amax bits (same IEEE operations, same order of cases).
 template <fp8_dtype D>
 TEQUANT_TARGET_AVX2_INLINE inline __m256 block_scales8(__m256i amax_bits, bool pow2, float eps, float value_for_inf) noexcept {
@@ -614,7 +651,7 @@ TEQUANT_TARGET_AVX2 inline void block_rowwise_run(const T* x, std::size_t M, std
       __m256i bm[8];
       for (int b = 0; b < 8; ++b) {
         const T* t = p + b * 128;
-        bm[b] = _mm256_max_epi32(_mm256_max_epi32(keys32(t), keys32(t + 32)), _mm256_max_epi32(keys32(t + 64), keys32(t + 96)));
+        bm[b] = tile_keys128(t, _mm256_setzero_si256());
       }
       const __m256 s = block_scales8<D>(transpose_max8(bm), pow2, eps, value_for_inf);
       alignas(32) float inv[8];
@@ -647,55 +684,79 @@ TEQUANT_TARGET_AVX2 inline void block_rowwise(const T* x, std::size_t M, std::si
   }
 }
 
-// Two passes over the row block, both reading whole rows in order (what the hardware prefetcher
+// Two passes over each 128-row block, both reading whole rows in order (what the hardware prefetcher
 // follows): the amaxes of all its tiles (a vector of keys per tile, in L1), then the cast, tile by
-// tile within each row with the tile's scale broadcast, rereading the block from L2/L3 (2 MiB of fp32
-// at K = 4096). Measured: walking one 128x128 tile at a time (amax, then the cast from cache) was 2.5x
-// slower: rows K * sizeof(T) apart (a power of two) share cache sets, so a tile does not stay in L2.
+// tile within each row with the tile's scale broadcast, rereading the block (2 MiB of fp32 at K =
+// 4096: more than L2). The two are software-pipelined a row at a time: the amaxes of row r of block
+// mb, then the cast of row r of block mb - 1, so the reads of one block's amax pass alternate with the
+// encoding of the block before instead of the whole passes taking turns (interleaving them a tile at
+// a time measured 2.5x slower for fp32: the two rows are a power of two apart). Measured: walking one
+// 128x128 tile at a time (amax, then the cast from cache) was 2.5x slower: rows K * sizeof(T) apart
+// share cache sets, so a tile does not stay in L2.
 inline constexpr std::size_t block_2d_chunk = 32768;  // columns per call of block_2d_run (its keys: 8 KiB)
 
+/// The tile keys of row p max-accumulated into keys (as keys32's, or NaN-skipping float maxima for
+/// fp32: tile_keys128), those of its partial last tile into tail.
+template <class T>
+TEQUANT_TARGET_AVX2_INLINE inline void block_2d_row_amax(const T* p, std::size_t K, __m256i* keys, std::uint32_t& tail) noexcept {
+  const std::size_t full = K / 128;
+  for (std::size_t kb = 0; kb < full; ++kb) keys[kb] = tile_keys128(p + kb * 128, keys[kb]);
+  if (full * 128 < K) {
+    const std::uint32_t k = amax(p + full * 128, K - full * 128);
+    tail = k > tail ? k : tail;
+  }
+}
+
+/// Row p cast tile by tile with scale[kb] into out.
+template <fp8_dtype D, bool Stream, class T>
+TEQUANT_TARGET_AVX2_INLINE inline void block_2d_row_cast(const T* p, std::size_t K, const float* scale, std::uint8_t* out) noexcept {
+  const std::size_t full = K / 128;
+  for (std::size_t kb = 0; kb < full; ++kb) {
+    const __m256 sv = _mm256_set1_ps(scale[kb]);
+    for (int q = 0; q < 4; ++q) encode32<D, Stream>(p + kb * 128 + q * 32, sv, out + kb * 128 + q * 32);
+  }
+  if (full * 128 < K) scale_encode<D>(p + full * 128, K - full * 128, scale[full], out + full * 128, false);
+}
+
+/// Columns [0, K) (K <= block_2d_chunk) of x [M, *] (row stride ld): scale[mb * scale_ld + kb], and the
+/// codes into data (row stride ld) when non-null.
 template <fp8_dtype D, bool Stream, class T>
 TEQUANT_TARGET_AVX2 inline void block_2d_run(const T* x, std::size_t M, std::size_t K, std::size_t ld, std::uint8_t* data,
-                                             float* scale, bool pow2, float eps, float value_for_inf) noexcept {
-  const std::size_t KB = (K + 127) / 128, full = K / 128;
+                                             float* scale, std::size_t scale_ld, bool pow2, float eps, float value_for_inf) noexcept {
+  const std::size_t KB = (K + 127) / 128, full = K / 128, MB = (M + 127) / 128;
   __m256i keys[block_2d_chunk / 128];
-  for (std::size_t kb = 0; kb < KB; ++kb) keys[kb] = _mm256_setzero_si256();
-  std::uint32_t tail = 0;
-  for (std::size_t r = 0; r < M; ++r) {
-    const T* p = x + r * ld;
-    for (std::size_t kb = 0; kb < full; ++kb) {
-      const T* t = p + kb * 128;
-      keys[kb] = _mm256_max_epi32(keys[kb], _mm256_max_epi32(_mm256_max_epi32(keys32(t), keys32(t + 32)),
-                                                             _mm256_max_epi32(keys32(t + 64), keys32(t + 96))));
+  for (std::size_t mb = 0; mb < MB; ++mb) {
+    const std::size_t nr = M - mb * 128 < 128 ? M - mb * 128 : 128;
+    const bool cast = data && mb;  // the row block before (always 128 rows), with its scales
+    const float* sc = scale + (mb ? mb - 1 : 0) * scale_ld;
+    for (std::size_t kb = 0; kb < KB; ++kb) keys[kb] = _mm256_setzero_si256();
+    std::uint32_t tail = 0;
+    for (std::size_t r = 0; r < nr; ++r) {
+      block_2d_row_amax(x + (mb * 128 + r) * ld, K, keys, tail);
+      if (cast) block_2d_row_cast<D, Stream>(x + ((mb - 1) * 128 + r) * ld, K, sc, data + ((mb - 1) * 128 + r) * ld);
     }
-    if (full < KB) {
-      const std::uint32_t k = amax(p + full * 128, K - full * 128);
-      tail = k > tail ? k : tail;
-    }
+    if (cast)
+      for (std::size_t r = nr; r < 128; ++r)
+        block_2d_row_cast<D, Stream>(x + ((mb - 1) * 128 + r) * ld, K, sc, data + ((mb - 1) * 128 + r) * ld);
+    for (std::size_t kb = 0; kb < KB; ++kb)
+      scale[mb * scale_ld + kb] =
+          scale_from_amax(bits_float(kb < full ? hmax_epi32(keys[kb]) : tail), fp8_max(D), pow2, eps, value_for_inf);
   }
-  for (std::size_t kb = 0; kb < KB; ++kb)
-    scale[kb] = scale_from_amax(bits_float(kb < full ? hmax_epi32(keys[kb]) : tail), fp8_max(D), pow2, eps, value_for_inf);
-  if (!data) return;
-  for (std::size_t r = 0; r < M; ++r) {
-    const T* p = x + r * ld;
-    std::uint8_t* out = data + r * ld;
-    for (std::size_t kb = 0; kb < full; ++kb) {
-      const __m256 sv = _mm256_set1_ps(scale[kb]);
-      for (int q = 0; q < 4; ++q) encode32<D, Stream>(p + kb * 128 + q * 32, sv, out + kb * 128 + q * 32);
-    }
-    if (full < KB) scale_encode<D>(p + full * 128, K - full * 128, scale[full], out + full * 128, false);
-  }
+  if (data && MB)  // the last row block: nothing left to read ahead
+    for (std::size_t m = (MB - 1) * 128; m < M; ++m)
+      block_2d_row_cast<D, Stream>(x + m * ld, K, scale + (MB - 1) * scale_ld, data + m * ld);
 }
 
 template <fp8_dtype D, class T>
 TEQUANT_TARGET_AVX2 inline void block_2d(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, float* scale, bool pow2,
                                          float eps, float value_for_inf, bool stream) noexcept {
   const bool st = data && use_streaming_stores(stream, data, K);
+  const std::size_t KB = (K + 127) / 128;
   for (std::size_t c0 = 0; c0 < K; c0 += block_2d_chunk) {
     const std::size_t w = K - c0 < block_2d_chunk ? K - c0 : block_2d_chunk;
     std::uint8_t* out = data ? data + c0 : nullptr;
-    if (st) block_2d_run<D, true>(x + c0, M, w, K, out, scale + c0 / 128, pow2, eps, value_for_inf);
-    else block_2d_run<D, false>(x + c0, M, w, K, out, scale + c0 / 128, pow2, eps, value_for_inf);
+    if (st) block_2d_run<D, true>(x + c0, M, w, K, out, scale + c0 / 128, KB, pow2, eps, value_for_inf);
+    else block_2d_run<D, false>(x + c0, M, w, K, out, scale + c0 / 128, KB, pow2, eps, value_for_inf);
   }
   if (st) stream_fence();
 }
