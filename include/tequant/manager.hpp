@@ -163,7 +163,7 @@ class quantization_manager {
     autocast_region r(this, enabled, enabled_, flush_.autocast_enter(depth_));
     enabled_ = enabled;
     ++depth_;
-    sync_fast_key();
+    if (!enabled) spoil_fast_key();
     return r;
   }
 
@@ -302,7 +302,7 @@ class quantization_manager {
     if constexpr (recompute_stack<stack_part>) {
       const bool active = grad_enabled() && inputs_need_grad;
       frames_.open_forward(frame, active, enabled_, this);
-      sync_fast_key();
+      spoil_fast_key();
       return frame_guard(this, &frame, enabled_, active || !close_ignores_unwinding);
     } else {
       return frame_guard(this, &frame, enabled_);
@@ -326,7 +326,7 @@ class quantization_manager {
       const bool recorded = frames_.open_replay(frame, this);
       frame_guard g(this, &frame, enabled_, !close_ignores_unwinding);
       enabled_ = recorded;
-      sync_fast_key();
+      spoil_fast_key();
       return g;
     } else {
       return frame_guard(this, &frame, enabled_);
@@ -379,7 +379,7 @@ class quantization_manager {
   void exit_autocast(bool enabled, bool prev_enabled, region_memo memo, bool unwinding) {
     --depth_;
     enabled_ = prev_enabled;
-    sync_fast_key();
+    if (!prev_enabled) spoil_fast_key();
     flush_.autocast_exit(memo);
     if constexpr (is_stateful) {
       if (enabled && depth_ == 0 && grad_enabled() && !frames_.in_replay() && !unwinding) {
@@ -396,8 +396,7 @@ class quantization_manager {
   }
   void exit_frame(checkpoint_frame& frame, bool prev_enabled, bool unwinding) noexcept {
     if constexpr (recompute_stack<stack_part>) frames_.close(frame, unwinding);
-    enabled_ = prev_enabled;
-    sync_fast_key();
+    enabled_ = prev_enabled;  // (a closing frame leaves the key spoilt since its opening)
   }
 
   // ---- cast handles: epochs and keys ------------------------------------------------------------------
@@ -405,21 +404,20 @@ class quantization_manager {
   // load may move. Each of those starts a new epoch; an epoch's key is the address of a cell this
   // manager keeps until it dies, so no two epochs of live managers share a key, and a handle's key
   // equals the manager's only if that manager bound it in its current epoch. Keys are 8-aligned:
-  // key | 1 matches no handle, so the forward key is the epoch's exactly where a forward cast takes
-  // the kept plan as it is (an enabled region, no frame open).
+  // key | 1 matches no handle. The forward key is the epoch's only where a forward cast takes the kept
+  // plan as it is (an enabled region, no frame open): whatever may end that (a disabled region, a
+  // frame opening, a new epoch) spoils it, one `or`; the slow path restores it when it holds again,
+  // so closing frames and entering enabled regions cost nothing (the next forward cast goes out of
+  // line once).
 
   static constexpr bool caches_plans = requires { requires recipe_part::stable_plans; };
 
   void new_epoch() {
     epoch_cells_.emplace_front(0);
     epoch_ = reinterpret_cast<std::uintptr_t>(&epoch_cells_.front());
-    sync_fast_key();
+    forward_key_ = epoch_ | 1u;
   }
-  void sync_fast_key() noexcept {
-    bool no_frames = true;
-    if constexpr (valid_checkpoint) no_frames = frames_.empty();
-    forward_key_ = enabled_ && no_frames ? epoch_ : (epoch_ | 1u);
-  }
+  void spoil_fast_key() noexcept { forward_key_ |= 1u; }
   template <direction D>
   TEQUANT_ALWAYS_INLINE std::uintptr_t fast_key() const noexcept {
     if constexpr (D == direction::forward) return forward_key_;
@@ -438,6 +436,8 @@ class quantization_manager {
     if (h.owner_ != this) [[unlikely]]
       foreign_handle(D, h.slot_, h.owner_ == nullptr);
     if (h.key_ != epoch_) rebind(h, "plan_cast");
+    if constexpr (D == direction::forward)
+      if (enabled_ && frames_.empty()) forward_key_ = epoch_;  // the common path holds again
     const slot_id s{D, h.slot_.bucket, h.slot_.index};
     if constexpr (D == direction::backward && caches_plans) {
       return h.kept_;
