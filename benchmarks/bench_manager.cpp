@@ -8,8 +8,9 @@
 //   bookkeeping  a cast is plan_cast + one max-accumulate of a synthetic amax into the staging slot
 //   casts        a cast also quantizes a 1024-element fp32 tensor with the host backend
 // The manager cases cast through cast handles bound at registration (plan_cast(handle)). by_hand: the
-// same casts with pointers into two delayed_bucket objects, a bool for "pending", direct update calls. Ratio = manager / by_hand (target <= 1.05). `bench_manager --steps=N --case=NAME` runs
-// N steps of one step case and nothing else: scripts/instructions.sh counts their instructions.
+// same casts with pointers into two delayed_bucket objects, a bool for "pending", direct update calls.
+// Ratio = manager / by_hand (target <= 1.05). `bench_manager --steps=N --case=NAME` runs N steps of
+// one step case and nothing else: scripts/instructions.sh counts their instructions.
 #include <benchmark/benchmark.h>
 
 #include <cstddef>
