@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <forward_list>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -115,7 +116,31 @@ class quantization_manager {
       detail::require(groups.forward < comm_.groups() && groups.backward < comm_.groups(), "register_module('", name,
                       "'): reduction groups (forward ", groups.forward, ", backward ", groups.backward,
                       ") must be below the communicator's ", comm_.groups(), " groups");
+    // A new epoch first (it may throw; nothing has changed yet): the registration may move the recipe
+    // state that bound handles point into, even when it fails half way.
+    new_epoch();
     return table_.register_module(std::move(name), num_gemms, groups, recipe_.registering(backend_));
+  }
+
+  /// A cast handle of one forward / backward slot: plan_cast(handle) then costs one compare on its
+  /// common path (a module binds its slots once, after registering). See cast_handle.
+  forward_cast_handle bind(module_handle m, forward_role role, std::uint32_t gemm = 0) {
+    return bind<direction::forward>(table_.slot(m, role, gemm));
+  }
+  backward_cast_handle bind(module_handle m, backward_role role, std::uint32_t gemm = 0) {
+    return bind<direction::backward>(table_.slot(m, role, gemm));
+  }
+  /// The same for a slot id (its direction must be D).
+  template <direction D>
+  cast_handle<D> bind(slot_id s) {
+    if (s.dir != D) [[unlikely]]
+      detail::fail("bind<", to_string(D), ">: slot (bucket ", s.bucket, ", index ", s.index, ") is a ",
+                   to_string(s.dir), " slot");
+    cast_handle<D> h;
+    h.owner_ = this;
+    h.slot_ = s;
+    rebind(h, "bind");
+    return h;
   }
 
   slot_id slot(module_handle m, forward_role role, std::uint32_t gemm = 0) const { return table_.slot(m, role, gemm); }
@@ -141,6 +166,7 @@ class quantization_manager {
     autocast_region r(this, enabled, enabled_, flush_.autocast_enter(depth_), watch ? std::uncaught_exceptions() : -1);
     enabled_ = enabled;
     ++depth_;
+    if (!enabled) spoil_fast_key();
     return r;
   }
 
@@ -183,12 +209,32 @@ class quantization_manager {
         return plan;
       }
       if (frames_.empty()) return plan;
-      // Returned as it comes (no copy of the 64-byte plan through a local).
-      return frames_.plan_forward(s, plan, backend_, table_.slots(direction::forward), this,
-                                  [this](slot_id x) { return table_.describe(x); });
+      return in_frames(s, plan);
     }
     table_.check_in<direction::backward>(slot, "plan_cast");  // also refuses a direction that does not exist
     return recipe_.plan(slot_id{direction::backward, slot.bucket, slot.index});
+  }
+
+  /// The same plan as plan_cast(handle.slot()), through a handle from bind(); it lies in the handle,
+  /// valid until the handle's next plan_cast. Common path (the handle is bound in the current epoch,
+  /// and for forward slots an enabled region with no checkpoint frame open): one compare of the
+  /// handle's key with the manager's, then the plan the handle keeps. Else, out of line: a handle of
+  /// another manager (or none) throws; a stale one re-binds (the slot checked again, the recipe's plan
+  /// taken again); then the autocast state and the frames, exactly as for slot ids.
+  template <direction D>
+  TEQUANT_ALWAYS_INLINE const cast_plan& plan_cast(cast_handle<D>& handle) {
+    // A reference, not a value: the paths meet in a pointer, and the caller loads only the fields it
+    // reads (a 64-byte value made the compiler copy the whole plan through the stack on every cast).
+    if constexpr (caches_plans) {
+      if (handle.key_ == fast_key<D>()) [[likely]]
+        return handle.kept_;
+    } else {
+      if (handle.key_ == fast_key<D>()) [[likely]] {
+        handle.last_ = recipe_.plan(slot_id{D, handle.slot_.bucket, handle.slot_.index});
+        return handle.last_;
+      }
+    }
+    return plan_cast_slow(handle);
   }
 
   /// A module backward says "a backward update is needed". Idempotent and thread-safe; on its common
@@ -259,6 +305,7 @@ class quantization_manager {
     if constexpr (recompute_stack<stack_part>) {
       const bool active = grad_enabled() && inputs_need_grad;
       frames_.open_forward(frame, active, enabled_, this);
+      spoil_fast_key();
       return frame_guard(this, &frame, enabled_, active || !close_ignores_unwinding);
     } else {
       return frame_guard(this, &frame, enabled_);
@@ -281,6 +328,7 @@ class quantization_manager {
       }
       const bool prev = enabled_;
       enabled_ = frames_.open_replay(frame, this);
+      spoil_fast_key();
       return frame_guard(this, &frame, prev, !close_ignores_unwinding);  // built in place: no move
     } else {
       return frame_guard(this, &frame, enabled_);
@@ -321,7 +369,8 @@ class quantization_manager {
   }
 
   const params_type& params() const noexcept { return recipe_.params(); }
-  /// Per-bucket recipe state, indexed like bucket(b) (for export/import and tests).
+  /// Per-bucket recipe state, indexed like bucket(b) (for export/import and tests). Cast handles keep
+  /// pointers into it: write values, but replace or resize no bucket's state while handles are bound.
   recipe_state_type& recipe_state() noexcept { return recipe_.states(); }
   const recipe_state_type& recipe_state() const noexcept { return recipe_.states(); }
   Boundary& boundary() noexcept { return flush_.policy(); }
@@ -335,6 +384,7 @@ class quantization_manager {
   void exit_autocast(bool enabled, bool prev_enabled, region_memo memo, int uncaught) {
     --depth_;
     enabled_ = prev_enabled;
+    if (!prev_enabled) spoil_fast_key();
     flush_.autocast_exit(memo);
     if constexpr (is_stateful) {
       if (enabled && depth_ == 0 && grad_enabled() && !frames_.in_replay() &&
@@ -355,7 +405,76 @@ class quantization_manager {
   }
   TEQUANT_ALWAYS_INLINE void exit_frame(checkpoint_frame& frame, bool prev_enabled, bool unwinding) noexcept {
     if constexpr (recompute_stack<stack_part>) frames_.close(frame, unwinding);
-    enabled_ = prev_enabled;
+    enabled_ = prev_enabled;  // (a closing frame leaves the key spoilt since its opening)
+  }
+
+  // ---- cast handles: epochs and keys ------------------------------------------------------------------
+  // A handle keeps the recipe's plan, which points into recipe state that a registration or a state
+  // load may move. Each of those starts a new epoch; an epoch's key is the address of a cell this
+  // manager keeps until it dies, so no two epochs of live managers share a key, and a handle's key
+  // equals the manager's only if that manager bound it in its current epoch. Keys are 8-aligned:
+  // key | 1 matches no handle. The forward key is the epoch's only where a forward cast takes the kept
+  // plan as it is (an enabled region, no frame open): whatever may end that (a disabled region, a
+  // frame opening, a new epoch) spoils it, one `or`; the slow path restores it when it holds again,
+  // so closing frames and entering enabled regions cost nothing (the next forward cast goes out of
+  // line once).
+
+  static constexpr bool caches_plans = requires { requires recipe_part::stable_plans; };
+
+  void new_epoch() {
+    epoch_cells_.emplace_front(0);
+    epoch_ = reinterpret_cast<std::uintptr_t>(&epoch_cells_.front());
+    forward_key_ = epoch_ | 1u;
+  }
+  void spoil_fast_key() noexcept { forward_key_ |= 1u; }
+  template <direction D>
+  TEQUANT_ALWAYS_INLINE std::uintptr_t fast_key() const noexcept {
+    if constexpr (D == direction::forward) return forward_key_;
+    else return epoch_;
+  }
+  template <direction D>
+  void rebind(cast_handle<D>& h, const char* where) {
+    table_.check_in<D>(h.slot_, where);
+    if constexpr (caches_plans) h.kept_ = recipe_.plan(slot_id{D, h.slot_.bucket, h.slot_.index});
+    h.key_ = epoch_;
+  }
+  // The plan lies in the handle: the kept one (a backward slot of a recipe with stable plans) or the
+  // handle's last_ (what the autocast state and the frames made of it; a recipe's fresh plan).
+  template <direction D>
+  [[gnu::noinline]] const cast_plan& plan_cast_slow(cast_handle<D>& h) {
+    if (h.owner_ != this) [[unlikely]]
+      foreign_handle(D, h.slot_, h.owner_ == nullptr);
+    if (h.key_ != epoch_) rebind(h, "plan_cast");
+    if constexpr (D == direction::forward)
+      if (enabled_ && frames_.empty()) forward_key_ = epoch_;  // the common path holds again
+    const slot_id s{D, h.slot_.bucket, h.slot_.index};
+    if constexpr (D == direction::backward && caches_plans) {
+      return h.kept_;
+    } else {
+      cast_plan& plan = h.last_;
+      if constexpr (caches_plans) plan = h.kept_;
+      else plan = recipe_.plan(s);
+      if constexpr (D == direction::forward) {
+        if (!enabled_) [[unlikely]] {
+          plan.enabled = false;
+          plan.amax = nullptr;
+        } else if (!frames_.empty()) {
+          plan = in_frames(s, plan);
+        }
+      }
+      return plan;
+    }
+  }
+  [[noreturn, gnu::noinline, gnu::cold]] static void foreign_handle(direction d, slot_id s, bool unbound) {
+    detail::fail("plan_cast: a ", to_string(d), " cast handle (bucket ", s.bucket, ", index ", s.index, ") ",
+                 unbound ? "that no manager bound (default-constructed)" : "that another manager bound",
+                 "; bind it with this manager's bind()");
+  }
+  // What the frames make of a forward plan (both plan_cast overloads). Returned as it comes (no copy
+  // of the 64-byte plan through a local).
+  TEQUANT_ALWAYS_INLINE cast_plan in_frames(slot_id s, const cast_plan& plan) {
+    return frames_.plan_forward(s, plan, backend_, table_.slots(direction::forward), this,
+                                [this](slot_id x) { return table_.describe(x); });
   }
 
   // Whether the frame stack's close() ignores `unwinding` except for recording frames (stacked_recompute's
@@ -390,6 +509,11 @@ class quantization_manager {
   bool enabled_ = false;  // innermost autocast region is enabled
   TEQUANT_NO_UNIQUE_ADDRESS Comm comm_;
   TEQUANT_NO_UNIQUE_ADDRESS std::conditional_t<valid_backend, Backend, detail::invalid_part> backend_;
+  // Cast handles (above): the cells whose addresses are the epochs' keys; before any registration the
+  // key is this list's own address (no cell has it).
+  std::forward_list<std::uint64_t> epoch_cells_;
+  std::uintptr_t epoch_ = reinterpret_cast<std::uintptr_t>(&epoch_cells_);
+  std::uintptr_t forward_key_ = epoch_ | 1u;  // enabled_ is false
 };
 
 }  // namespace tequant

@@ -36,6 +36,37 @@ struct slot_id {
   friend constexpr bool operator==(slot_id, slot_id) = default;
 };
 
+template <class Recipe, class Boundary, class Checkpoint, class Comm, class Backend>
+class quantization_manager;
+
+/// One slot bound to one manager for casting (quantization_manager::bind): what plan_cast needs on its
+/// common path, kept with the module, and the plan plan_cast(handle) returns by reference (valid until
+/// the handle's next plan_cast). The direction is part of the type. A handle stays usable across
+/// registrations and state loads (its next cast re-binds it, once); a handle of another manager or a
+/// default-constructed one makes plan_cast throw. Use one handle from one thread at a time.
+template <direction D>
+class cast_handle {
+ public:
+  static constexpr direction dir = D;
+  cast_handle() = default;
+  /// The slot this handle casts (a default-constructed handle: slot_id{}).
+  slot_id slot() const noexcept { return slot_; }
+  /// Whether a manager bound it (not whether it is that manager's current binding).
+  bool bound() const noexcept { return owner_ != nullptr; }
+
+ private:
+  template <class, class, class, class, class>
+  friend class quantization_manager;
+  // kept_ first: the common path returns its address, the handle's own (no extra add per cast).
+  cast_plan kept_{};        // the recipe's plan at binding (recipes whose plans are stable)
+  std::uintptr_t key_ = 0;  // the manager's epoch at binding (0: never bound)
+  const void* owner_ = nullptr;
+  slot_id slot_{};
+  cast_plan last_{};        // what the last cast off the common path returned
+};
+using forward_cast_handle = cast_handle<direction::forward>;
+using backward_cast_handle = cast_handle<direction::backward>;
+
 /// The tensor a slot stands for. Every module adds 3 forward and 2 backward slots per GEMM to each
 /// bucket, in TE's order, so the role follows from the slot's index alone.
 enum class tensor_role : std::uint8_t { input, weight, output, grad_output, grad_input };

@@ -52,7 +52,7 @@ class slot_table {
   /// Called on every module_forward: the message is built out of line (require's arguments would be
   /// evaluated on every call).
   const module_info& module(module_handle m, const char* where) const {
-    if (m.index >= modules_.size()) [[unlikely]]
+    if (m.index >= module_count_) [[unlikely]]
       bad_module(m, where);
     return modules_[m.index];
   }
@@ -129,6 +129,7 @@ class slot_table {
       }
     }
     modules_.push_back({std::move(name), num_gemms, base[0], base[1]});
+    module_count_ = static_cast<std::uint32_t>(modules_.size());
     return {static_cast<std::uint32_t>(module)};
   }
 
@@ -277,6 +278,7 @@ class slot_table {
     limit_[0].swap(o.limit_[0]);
     limit_[1].swap(o.limit_[1]);
     std::swap(bucket_count_, o.bucket_count_);
+    std::swap(module_count_, o.module_count_);
     std::swap(total_, o.total_);
   }
 
@@ -310,6 +312,7 @@ class slot_table {
   // is of that direction, else 0 (so an index of the wrong direction fails the one index compare).
   std::vector<std::uint32_t> limit_[2];
   std::uint32_t bucket_count_ = 0;  // buckets_.size(), so that the bounds check is one compare
+  std::uint32_t module_count_ = 0;  // modules_.size() (< 2^32: the manager refuses more), the same for modules
   std::array<std::size_t, 2> total_{};  // slots per direction (what a frame stack sizes snapshots by)
 };
 

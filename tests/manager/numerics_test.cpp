@@ -24,9 +24,11 @@ bool bits_equal(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
+/// `path`: how the layers get their plans (0 slot ids, 1 cast handles, 2 both, compared cast by cast).
 template <class B>
-trace train(mode md, int steps = 5) {
+trace train(mode md, int steps = 5, int path = 0) {
   fixture<B> f(3);
+  for (auto& l : f.layers) l->path = static_cast<typename fixture<B>::linear::plan_path>(path);
   trace t;
   for (int k = 0; k < steps; ++k) {
     tensor y;
@@ -123,6 +125,20 @@ TEST_CASE("checkpointed training equals plain training bit for bit") {
                   mode::nested, mode::nested_mixed}) {
     CAPTURE(static_cast<int>(md));
     check_same(plain, train<callback_boundary>(md));
+  }
+}
+
+TEST_CASE("cast handles train bit for bit like slot ids, in every checkpoint mode and boundary") {
+  // Layers cast through plan_cast(handle) (path 1) or through both overloads, the handle's first and
+  // compared field by field, pointers included (path 2): replays, nested and ineligible frames alike.
+  for (mode md : {mode::plain, mode::reentrant, mode::non_reentrant, mode::per_layer_reentrant,
+                  mode::per_layer_non_reentrant, mode::nested, mode::nested_mixed, mode::ineligible_inner}) {
+    CAPTURE(static_cast<int>(md));
+    const trace ref = train<callback_boundary>(md);
+    check_same(ref, train<callback_boundary>(md, 5, 1));
+    check_same(ref, train<callback_boundary>(md, 5, 2));
+    check_same(train<tequant::autocast_entry>(md), train<tequant::autocast_entry>(md, 5, 1));
+    check_same(train<tequant::explicit_scope>(md), train<tequant::explicit_scope>(md, 5, 2));
   }
 }
 

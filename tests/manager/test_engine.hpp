@@ -21,6 +21,8 @@
 #include <utility>
 #include <vector>
 
+#include <doctest/doctest.h>
+
 #include "tequant/checkpoint/frame.hpp"
 #include "tequant/manager_types.hpp"
 
@@ -334,17 +336,47 @@ struct fp8_linear {
   bool delay_wgrad = false;     // backward_dw-style: wgrad registered with the manager, run later
   bool training = true;         // the manager never looks at it (scenario K)
   bool throw_in_backward = false;
+  /// How casts get their plans: plan_cast(slot_id), plan_cast(handle), or both (the handle's first),
+  /// checked equal field by field, pointers included.
+  enum class plan_path { slot_ids, handles, both } path = plan_path::slot_ids;
+  // Bound at registration (later registrations make them re-bind at their next cast).
+  tequant::forward_cast_handle fh[3];
+  tequant::backward_cast_handle bh[2];
 
   fp8_linear(Manager& mgr, std::string name, std::size_t in_features, std::size_t out_features, float seed)
       : m(&mgr), h(mgr.register_module(std::move(name))), in(in_features), out(out_features),
         w(in_features * out_features), dw(in_features * out_features, 0.0f) {
     for (std::size_t i = 0; i < w.size(); ++i)
       w[i] = seed * static_cast<float>(static_cast<int>((i * 7 + 3) % 11) - 5) / 8.0f;
+    for (std::uint8_t r = 0; r < 3; ++r) fh[r] = mgr.bind(h, static_cast<tequant::forward_role>(r));
+    for (std::uint8_t r = 0; r < 2; ++r) bh[r] = mgr.bind(h, static_cast<tequant::backward_role>(r));
   }
 
-  /// Quantize-dequantize through the manager's plan for `slot` (the host backend does the cast).
-  vec cast(tequant::slot_id slot, const vec& x) {
-    const tequant::cast_plan p = m->plan_cast(slot);
+  template <class Handle>
+  tequant::cast_plan plan(Handle& handle) {
+    if (path == plan_path::slot_ids) return m->plan_cast(handle.slot());
+    const tequant::cast_plan p = m->plan_cast(handle);
+    if (path == plan_path::both) {
+      const tequant::cast_plan q = m->plan_cast(handle.slot());
+      CHECK(p.scale == q.scale);
+      CHECK(p.amax == q.amax);
+      CHECK(p.dtype == q.dtype);
+      CHECK(p.mode == q.mode);
+      CHECK(p.enabled == q.enabled);
+      CHECK(p.tile_2d == q.tile_2d);
+      CHECK(p.power_2_scale == q.power_2_scale);
+      CHECK(p.amax_epsilon == q.amax_epsilon);
+      CHECK(p.rng_offset == q.rng_offset);
+      CHECK(p.rng_seed == q.rng_seed);
+      CHECK(p.columnwise_rht == q.columnwise_rht);
+    }
+    return p;
+  }
+
+  /// Quantize-dequantize through the manager's plan for `handle`'s slot (the host backend does the cast).
+  template <class Handle>
+  vec cast(Handle& handle, const vec& x) {
+    const tequant::cast_plan p = plan(handle);
     std::vector<std::uint8_t> q(x.size());
     float scale_inv = 1.0f;
     auto& be = m->backend();
@@ -363,8 +395,8 @@ struct fp8_linear {
     const std::size_t rows = x->data.size() / in;
     const bool fp8 = m->quantization_enabled();
     const tequant::backward_ticket ticket = m->module_forward(h, m->grad_enabled() && x->requires_grad);
-    const vec xq = fp8 ? cast(m->slot(h, forward_role::input), x->data) : x->data;
-    const vec wq = fp8 ? cast(m->slot(h, forward_role::weight), w) : w;
+    const vec xq = fp8 ? cast(fh[0], x->data) : x->data;
+    const vec wq = fp8 ? cast(fh[1], w) : w;
     vec y(rows * out, 0.0f);
     for (std::size_t r = 0; r < rows; ++r)
       for (std::size_t o = 0; o < out; ++o) {
@@ -372,17 +404,17 @@ struct fp8_linear {
         for (std::size_t i = 0; i < in; ++i) s += xq[r * in + i] * wq[o * in + i];
         y[r * out + o] = s;
       }
-    if (fp8) y = cast(m->slot(h, forward_role::output), y);
+    if (fp8) y = cast(fh[2], y);
     auto bw = [this, rows, fp8, ticket](node& n, const vec& g) {
       if (throw_in_backward) throw std::runtime_error("test: backward of '" + m->module_name(h) + "' failed");
       const vec& xs = n.saved.at(0);
       const vec& ws = n.saved.at(1);
-      const vec gq = fp8 ? cast(m->slot(h, backward_role::grad_output), g) : g;
+      const vec gq = fp8 ? cast(bh[0], g) : g;
       vec dx(rows * in, 0.0f);
       for (std::size_t r = 0; r < rows; ++r)
         for (std::size_t o = 0; o < out; ++o)
           for (std::size_t i = 0; i < in; ++i) dx[r * in + i] += gq[r * out + o] * ws[o * in + i];
-      if (fp8) dx = cast(m->slot(h, backward_role::grad_input), dx);
+      if (fp8) dx = cast(bh[1], dx);
       auto wgrad = [this, rows, gq, xs] {
         for (std::size_t r = 0; r < rows; ++r)
           for (std::size_t o = 0; o < out; ++o)

@@ -23,6 +23,11 @@ struct manager_access {
   static auto& frames(M& m) noexcept {
     return m.frames_;
   }
+  /// A new cast-handle epoch (may throw; before a load commits): the loaded state moves what handles keep.
+  template <class M>
+  static void new_epoch(M& m) {
+    m.new_epoch();
+  }
   /// Counters and the pending flag as a state file holds them (between steps: nothing else runs).
   template <class M>
   static void restore(M& m, const std::uint64_t (&counters)[3], bool pending) noexcept {

@@ -265,6 +265,7 @@ void load_state(M& m, std::span<const std::uint8_t> file, const std::string& whe
     const std::string diff = table.layout_difference(s.table);
     detail::require(diff.empty(), where, ": layout mismatch: ", diff);
   }
+  detail::manager_access::new_epoch(m);  // cast handles re-bind at their next cast
   // Commit: nothing below throws.
   if (adopt) table.swap(s.table);
   detail::manager_access::recipe(m).commit(s.buckets);

@@ -101,6 +101,8 @@ class bucket_states {
   /// One state per bucket, indexed like the slot table's buckets.
   using container = std::vector<state_type>;
   static constexpr bool stateful = true;
+  /// Whether plan(slot) may be kept until the state moves (the recipe declares `stable_plans`).
+  static constexpr bool stable_plans = requires { requires R::stable_plans; };
 
   explicit bucket_states(params_type p) : params_(std::move(p)) {}
 
@@ -201,6 +203,7 @@ class bucket_states<R, Backend, false> {
   /// Nothing per bucket (the manager's recipe_state() is empty).
   struct container {};
   static constexpr bool stateful = false;
+  static constexpr bool stable_plans = true;  // a function of the params and the slot
 
   explicit bucket_states(params_type p) : params_(std::move(p)) {}
 

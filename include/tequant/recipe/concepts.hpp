@@ -62,7 +62,9 @@ struct bucket_range_archetype {
 ///   static S load_state(detail::byte_reader&, const params_type&, const Backend&);
 /// Optional: `visit_identity(V&&)` (read-only pseudo-fields that must match on load, e.g. a window
 /// algorithm's probes), `scale(const S&, j)` / `staging_amax(const S&, j)` (the manager's scale() and
-/// staging_amax()). See docs/extending.md for a recipe written outside the library.
+/// staging_amax()), `static constexpr bool stable_plans = true` (plan() depends only on the params,
+/// the slot and addresses inside S, so cast handles may keep it until a registration or state load).
+/// See docs/extending.md for a recipe written outside the library.
 template <class R>
 concept scaling_recipe = std::derived_from<typename R::policy_kind, recipe_kind> && std::is_empty_v<R> &&
                          std::is_default_constructible_v<typename R::params_type> &&

@@ -131,6 +131,8 @@ struct delayed_scaling {
   }
   static constexpr bool reduces_amax(const delayed_params& p) noexcept { return p.reduce_amax; }
 
+  /// plan() reads no state value: cast handles keep it until a registration or state load.
+  static constexpr bool stable_plans = true;
   /// The slot's scale, and its staging amax as the amax sink.
   template <class Backend>
   static cast_plan plan(const delayed_params& p, delayed_bucket<Backend>& s, slot_id slot) noexcept {

@@ -81,6 +81,9 @@ struct nvfp4_scaling {
   static std::span<float> staging(nvfp4_rng_state& s) noexcept { return s.staging; }
   static constexpr bool reduces_amax(const nvfp4_params&) noexcept { return false; }
 
+  /// plan() reads no state value (the offset's address, the seed set at make_state/load_state): cast
+  /// handles keep it until a registration or state load.
+  static constexpr bool stable_plans = true;
   /// 1x16 blocks; forward weights in 16x16 tiles when weight_2d; the columnwise copies of everything
   /// but weights through the Hadamard transform when random_hadamard_transform (TE's fwd_inp and bwd_grad
   /// quantizers); gradients draw from their slot's stream when stochastic_rounding.
