@@ -866,14 +866,23 @@ TEQUANT_TARGET_AVX512 inline void mxfp8_rowwise_run(const bf16* x, std::size_t M
       // Code 254 (an inf or overflowing block) has multiplier 0, where inf * 0 is NaN: the AVX2 cast.
       const unsigned zero_mult = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(e, _mm256_set1_epi32(254)))));
       const __m512 mult16 = _mm512_castps256_ps512(mult);
-      for (int b = 0; b < 8; ++b) {
-        avx2::prefetch_bytes(p + b * 32 + ahead / sizeof(bf16), 32 * sizeof(bf16));
-        if ((zero_mult >> b) & 1u) {
-          avx2::encode32<D, Stream>(p + b * 32, avx2::lane(mult, b), dst + kb * 32 + b * 32);
-        } else {
-          __m512i unused = _mm512_setzero_si512();
+      __m512i unused = _mm512_setzero_si512();
+      if (zero_mult == 0) {  // the common case, unrolled: no branches, constants kept in registers
+#  pragma GCC unroll 8
+        for (int b = 0; b < 8; ++b) {
+          avx2::prefetch_bytes(p + b * 32 + ahead / sizeof(bf16), 32 * sizeof(bf16));
           const __m512 sb = _mm512_permutexvar_ps(_mm512_set1_epi32(b), mult16);
           store32<Stream>(dst + kb * 32 + b * 32, encode32<D, false>(a[b], sb, unused));
+        }
+      } else {
+        for (int b = 0; b < 8; ++b) {
+          avx2::prefetch_bytes(p + b * 32 + ahead / sizeof(bf16), 32 * sizeof(bf16));
+          if ((zero_mult >> b) & 1u) {
+            avx2::encode32<D, Stream>(p + b * 32, avx2::lane(mult, b), dst + kb * 32 + b * 32);
+          } else {
+            const __m512 sb = _mm512_permutexvar_ps(_mm512_set1_epi32(b), mult16);
+            store32<Stream>(dst + kb * 32 + b * 32, encode32<D, false>(a[b], sb, unused));
+          }
         }
       }
     }
