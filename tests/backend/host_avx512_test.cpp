@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The AVX-512 bf16 casts (detail::avx512, chosen at run time where the CPU has AVX-512 F/BW/VL/DQ/VBMI)
 // against the portable loops: every bf16 bit pattern times many scales (the scales that fall back to the
-// AVX2 kernels included), tails and misaligned pointers, the streaming path, and MXFP8 rows with inf,
+// AVX2 kernels included), the amax pass, tails and misaligned pointers, the streaming path, and MXFP8 rows with inf,
 // NaN and zero blocks. Compiled twice: default flags (run-time dispatch) and -march=native (the AVX-512
 // kernels called directly where the build targets them). Elsewhere it checks the AVX2 or portable path.
 #include <doctest/doctest.h>
@@ -52,6 +52,7 @@ void check_scale_encode(const std::vector<bf16>& x, std::size_t off, std::size_t
   detail::scale_encode_host<D>(x.data() + off, n, s, got.data() + out_off, &bits);
   const std::uint32_t want_bits = detail::scale_encode_scalar<D>(x.data() + off, n, s, want.data(), true);
   CHECK(bits == want_bits);
+  CHECK(detail::float_bits(detail::amax_host(x.data() + off, n)) == want_bits);  // the amax pass alone
   CHECK(std::memcmp(got.data() + out_off, want.data(), n) == 0);
   CHECK(got[n + out_off] == 0xAB);
   // Without the amax (the current-scaling cast) the same codes.
