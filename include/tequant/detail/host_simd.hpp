@@ -863,29 +863,34 @@ TEQUANT_TARGET_AVX512_INLINE inline __m256i block_keys8(const __m512i* k) noexce
   return _mm512_castsi512_si256(_mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 2, 6, 10, 14, 0, 0, 0, 0, 0, 0, 0, 0), w));
 }
 
-/// avx2::mxfp8_rowwise_run for bf16: eight blocks' amaxes from one load each, their codes and
-/// multipliers 8-wide, each block cast from the same registers.
+/// The amax keys of the eight blocks of 32 at p (lane b: block b).
+TEQUANT_TARGET_AVX512_INLINE inline __m256i group_keys8(const bf16* p) noexcept {
+  __m512i k[8];
+  for (int b = 0; b < 8; ++b) k[b] = max_keys16(_mm512_setzero_si512(), _mm512_loadu_si512(p + b * 32));
+  return block_keys8(k);
+}
+
+/// avx2::mxfp8_rowwise_run for bf16: eight blocks' amaxes, their codes and multipliers 8-wide, each
+/// block cast from L1. Software-pipelined: the next group's amaxes are computed before this group is
+/// cast (they do not depend on it), so the out-of-order core overlaps the reduction with the cast
+/// instead of waiting on its dependency chain (measured from L2: 0.200 -> 0.185 ns per element).
 template <fp8_dtype D, bool Stream>
 TEQUANT_TARGET_AVX512 inline void mxfp8_rowwise_run(const bf16* x, std::size_t M, std::size_t K, std::uint8_t* data,
                                                     std::uint8_t* scale, std::size_t scale_cols) noexcept {
   constexpr std::size_t ahead = avx2::prefetch_ahead(8 * 32 * sizeof(bf16));
-  const std::size_t KB = K / 32;
+  const std::size_t KB = K / 32, groups = KB / 8;
   for (std::size_t m = 0; m < M; ++m) {
     const bf16* src = x + m * K;
     std::uint8_t* dst = data + m * K;
     std::uint8_t* sc = scale + m * scale_cols;
-    std::size_t kb = 0;
-    for (; kb + 8 <= KB; kb += 8) {
+    __m256i keys = groups ? group_keys8(src) : _mm256_setzero_si256();
+    for (std::size_t g = 0; g < groups; ++g) {
+      const std::size_t kb = g * 8;
       const bf16* p = src + kb * 32;
-      __m512i a[8], k[8];
-      for (int b = 0; b < 8; ++b) {
-        a[b] = _mm512_loadu_si512(p + b * 32);
-        const __m512i abs = _mm512_and_si512(a[b], _mm512_set1_epi16(0x7FFF));
-        k[b] = _mm512_maskz_mov_epi16(_mm512_cmple_epu16_mask(abs, _mm512_set1_epi16(0x7F80)), abs);
-      }
-      const __m256i e = avx2::e8m0_codes8<D>(block_keys8(k));
+      const __m256i e = avx2::e8m0_codes8<D>(keys);
       avx2::store8_bytes(sc + kb, e);
       const __m256 mult = avx2::e8m0_multipliers8(e);
+      if (g + 1 < groups) keys = group_keys8(p + 256);
       // Code 254 (an inf or overflowing block) has multiplier 0, where inf * 0 is NaN: the AVX2 cast.
       const unsigned zero_mult = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(e, _mm256_set1_epi32(254)))));
       const __m512 mult16 = _mm512_castps256_ps512(mult);
@@ -895,7 +900,7 @@ TEQUANT_TARGET_AVX512 inline void mxfp8_rowwise_run(const bf16* x, std::size_t M
         for (int b = 0; b < 8; ++b) {
           avx2::prefetch_bytes(p + b * 32 + ahead / sizeof(bf16), 32 * sizeof(bf16));
           const __m512 sb = _mm512_permutexvar_ps(_mm512_set1_epi32(b), mult16);
-          store32<Stream>(dst + kb * 32 + b * 32, encode32<D, false>(a[b], sb, unused));
+          store32<Stream>(dst + kb * 32 + b * 32, encode32<D, false>(_mm512_loadu_si512(p + b * 32), sb, unused));
         }
       } else {
         for (int b = 0; b < 8; ++b) {
@@ -904,12 +909,12 @@ TEQUANT_TARGET_AVX512 inline void mxfp8_rowwise_run(const bf16* x, std::size_t M
             avx2::encode32<D, Stream>(p + b * 32, avx2::lane(mult, b), dst + kb * 32 + b * 32);
           } else {
             const __m512 sb = _mm512_permutexvar_ps(_mm512_set1_epi32(b), mult16);
-            store32<Stream>(dst + kb * 32 + b * 32, encode32<D, false>(a[b], sb, unused));
+            store32<Stream>(dst + kb * 32 + b * 32, encode32<D, false>(_mm512_loadu_si512(p + b * 32), sb, unused));
           }
         }
       }
     }
-    for (; kb < KB; ++kb) {
+    for (std::size_t kb = groups * 8; kb < KB; ++kb) {
       const std::uint8_t e = mxfp8_code<D>(avx2::hmax_epi32(avx2::keys32(src + kb * 32)));
       sc[kb] = e;
       avx2::encode32<D, Stream>(src + kb * 32, _mm256_set1_ps(e8m0_cast_multiplier(e)), dst + kb * 32);
