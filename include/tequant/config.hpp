@@ -23,7 +23,7 @@
 // The kernels' per-vector helpers: GCC's inliner gives up on them in translation units with many
 // instantiations (a call per 8 elements cost the bf16 cast a third of its speed).
 #  define TEQUANT_TARGET_AVX2_INLINE __attribute__((target("avx2,f16c"), always_inline))
-// AVX-512 (F, BW, VL, VBMI) for the bf16 casts: fewer instructions per element (mask registers, byte
+// AVX-512 (F, BW, VL, DQ, VBMI) for the bf16 casts: fewer instructions per element (mask registers, byte
 // permutes, vrangeps), chosen at run time like the AVX2 kernels.
 #  define TEQUANT_TARGET_AVX512 __attribute__((target("avx2,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi")))
 #  define TEQUANT_TARGET_AVX512_INLINE \
