@@ -771,10 +771,12 @@ TEQUANT_TARGET_AVX512_INLINE inline __m256i encode32(__m512i a, __m512 s, __m512
   return _mm256_mask_blend_epi8(ok, _mm256_set1_epi8(0x7F), r);
 }
 
-/// 32 bytes at out (Stream: non-temporal, out 16-byte aligned).
-template <bool Stream>
+/// 32 bytes at out (Stream: non-temporal, out 16-byte aligned; Aligned32: one 32-byte store, out 32-byte aligned).
+template <bool Stream, bool Aligned32 = false>
 TEQUANT_TARGET_AVX512_INLINE inline void store32(std::uint8_t* out, __m256i v) noexcept {
-  if constexpr (Stream) {
+  if constexpr (Stream && Aligned32) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(out), v);
+  } else if constexpr (Stream) {
     _mm_stream_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(v));
     _mm_stream_si128(reinterpret_cast<__m128i*>(out + 16), _mm256_extracti128_si256(v, 1));
   } else {
@@ -816,7 +818,7 @@ TEQUANT_TARGET_AVX512 inline __m512i scale_encode_run(const bf16* x, std::size_t
                                                       std::uint8_t* out) noexcept {
   __m512i m = _mm512_setzero_si512();
   for (; i + 32 <= n; i += 32)
-    store32<Stream>(out + i, encode32<D, Amax>(_mm512_loadu_si512(x + i), s, m));
+    store32<Stream, true>(out + i, encode32<D, Amax>(_mm512_loadu_si512(x + i), s, m));
   return m;
 }
 
@@ -836,7 +838,8 @@ TEQUANT_TARGET_AVX512 inline std::uint32_t scale_encode(const bf16* x, std::size
   const __m512 s = _mm512_set1_ps(scale);
   std::uint32_t m = 0;
   if (n >= streaming_store_min_bytes) {
-    const std::size_t head = (16 - reinterpret_cast<std::uintptr_t>(out) % 16) % 16;
+    // The elements before the first 32-byte boundary of out go through the scalar loop.
+    const std::size_t head = (32 - reinterpret_cast<std::uintptr_t>(out) % 32) % 32;
     m = scale_encode_scalar<D>(x, head, scale, out, with_amax);
     i = head;
     const std::uint32_t mv = scale_encode_any<D, true>(x, i, n, s, out, with_amax);
