@@ -73,6 +73,34 @@ TEST_CASE("host AVX2 encoder: all 2^32 floats encode like the scalar encoders (e
     CHECK(bad == ~0ull);
   }
 }
+
+namespace {
+// The AVX-512 bf16 kernels' encoder core: the low byte of each lane is the code of |y| (the kernels take
+// the sign and NaN from their bf16 inputs).
+template <tequant::fp8_dtype D>
+TEQUANT_TARGET_AVX512 bool avx512_encodes_like_scalar(std::uint32_t base) {
+  alignas(64) std::uint32_t in[16];
+  alignas(64) std::uint32_t out[16];
+  for (std::uint32_t k = 0; k < 16; ++k) in[k] = base + k;
+  _mm512_store_si512(out, tequant::detail::avx512::code_low_bytes16<D>(_mm512_load_ps(reinterpret_cast<const float*>(in))));
+  for (int k = 0; k < 16; ++k) {
+    const float f = std::fabs(as_float(in[k]));
+    if (std::isnan(f)) continue;
+    const std::uint8_t want = D == tequant::fp8_dtype::e4m3 ? tequant::encode_e4m3(f) : tequant::encode_e5m2(f);
+    if ((out[k] & 0xFFu) != want) return false;
+  }
+  return true;
+}
+}  // namespace
+
+TEST_CASE("host AVX-512 encoder core: all 2^32 floats, |y| encodes like the scalar encoders (e4m3, e5m2)") {
+  if (!tequant::detail::host_has_avx512()) return;  // nothing to compare on this CPU
+  for (auto check : {&avx512_encodes_like_scalar<tequant::fp8_dtype::e4m3>, &avx512_encodes_like_scalar<tequant::fp8_dtype::e5m2>}) {
+    const auto bad = format_test::first_mismatch(1ull << 32, [&](std::uint32_t u) { return (u & 15u) != 0 || check(u); });
+    INFO("first mismatching group of 16 float bits starts at: " << std::hex << bad);
+    CHECK(bad == ~0ull);
+  }
+}
 #endif
 
 TEST_CASE("e8m0: all 2^32 floats against the ceil(log2) reference") {

@@ -1,0 +1,147 @@
+// SPDX-License-Identifier: Apache-2.0
+// The AVX-512 bf16 casts (detail::avx512, chosen at run time where the CPU has AVX-512 F/BW/VL/DQ/VBMI)
+// against the portable loops: every bf16 bit pattern times many scales (the scales that fall back to the
+// AVX2 kernels included), the amax pass, tails and misaligned pointers, the streaming path, and MXFP8 rows with inf,
+// NaN and zero blocks. Compiled twice: default flags (run-time dispatch) and -march=native (the AVX-512
+// kernels called directly where the build targets them). Elsewhere it checks the AVX2 or portable path.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "tequant/backend/host.hpp"
+
+#ifndef TEQUANT_TEST_VARIANT
+#  define TEQUANT_TEST_VARIANT "default"
+#endif
+
+namespace {
+
+using tequant::bf16;
+using tequant::fp8_dtype;
+namespace detail = tequant::detail;
+
+bf16 from_bits(std::uint16_t b) {
+  bf16 v;
+  std::memcpy(&v, &b, 2);
+  return v;
+}
+
+std::vector<float> test_scales(std::mt19937& rng) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> s = {1.0f, 0.5f, 2.0f, 448.0f / 3.0f, 57344.0f / 7.0f, 0x1p-20f, 0x1p20f, 3.1e-5f, 1.7e38f,
+                          std::numeric_limits<float>::max(), std::numeric_limits<float>::denorm_min(), 1e-40f,
+                          std::numeric_limits<float>::min(),
+                          // Scales the AVX-512 kernel hands to the AVX2 one (x * s may be NaN or flip the sign).
+                          0.0f, -0.0f, -1.0f, -3.5f, inf, -inf, std::numeric_limits<float>::quiet_NaN()};
+  std::uniform_int_distribution<int> ex(-120, 120);
+  std::uniform_real_distribution<float> mant(1.0f, 2.0f);
+  for (int i = 0; i < 24; ++i) s.push_back(std::ldexp(mant(rng), ex(rng)));
+  return s;
+}
+
+template <fp8_dtype D>
+void check_scale_encode(const std::vector<bf16>& x, std::size_t off, std::size_t n, float s, std::size_t out_off) {
+  std::vector<std::uint8_t> got(n + out_off + 1, 0xAB), want(n, 0);
+  std::uint32_t bits = 0;
+  detail::scale_encode_host<D>(x.data() + off, n, s, got.data() + out_off, &bits);
+  const std::uint32_t want_bits = detail::scale_encode_scalar<D>(x.data() + off, n, s, want.data(), true);
+  CHECK(bits == want_bits);
+  CHECK(detail::float_bits(detail::amax_host(x.data() + off, n)) == want_bits);  // the amax pass alone
+  CHECK(std::memcmp(got.data() + out_off, want.data(), n) == 0);
+  CHECK(got[n + out_off] == 0xAB);
+  // Without the amax (the current-scaling cast) the same codes.
+  std::vector<std::uint8_t> got2(n + 1, 0xCD);
+  detail::scale_encode_host<D>(x.data() + off, n, s, got2.data(), nullptr);
+  CHECK(std::memcmp(got2.data(), want.data(), n) == 0);
+  CHECK(got2[n] == 0xCD);
+}
+
+template <fp8_dtype D>
+void check_all_patterns() {
+  std::mt19937 rng(17);
+  std::vector<bf16> x(65536 + 64);
+  for (std::size_t i = 0; i < 65536; ++i) x[i] = from_bits(static_cast<std::uint16_t>(i));
+  for (std::size_t i = 65536; i < x.size(); ++i) x[i] = from_bits(static_cast<std::uint16_t>(rng()));
+  for (const float s : test_scales(rng)) {
+    CAPTURE(s);
+    check_scale_encode<D>(x, 0, 65536, s, 0);
+    check_scale_encode<D>(x, 3, 65536 + 5, s, 7);  // misaligned input and output, a tail of 5
+  }
+  // Every length around the 32-element step, at odd offsets, in both directions of the pattern space.
+  std::shuffle(x.begin(), x.end(), rng);
+  for (std::size_t n = 0; n <= 100; ++n)
+    for (const float s : {1.0f, 0x1p-9f, 1e30f, 0.0f}) {
+      CAPTURE(n);
+      CAPTURE(s);
+      check_scale_encode<D>(x, n % 7, n, s, n % 5);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("AVX-512 bf16 kernels are available where the build targets them [" TEQUANT_TEST_VARIANT "]") {
+  MESSAGE("host_has_avx512: " << detail::host_has_avx512() << ", host_has_avx2: " << detail::host_has_avx2());
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__) && \
+    defined(__AVX512VBMI__) && defined(__AVX2__) && defined(__F16C__) && !defined(TEQUANT_DISABLE_HOST_SIMD)
+  CHECK(detail::host_has_avx512());
+#endif
+}
+
+TEST_CASE("bf16 cast: every bf16 pattern times many scales, tails, misaligned [" TEQUANT_TEST_VARIANT "]") {
+  check_all_patterns<fp8_dtype::e4m3>();
+  check_all_patterns<fp8_dtype::e5m2>();
+}
+
+TEST_CASE("bf16 cast: the streaming path (4 Mi elements, misaligned output) [" TEQUANT_TEST_VARIANT "]") {
+  std::mt19937 rng(5);
+  const std::size_t n = (std::size_t{4} << 20) + 45;
+  std::vector<bf16> x(n + 8);
+  for (auto& v : x) v = from_bits(static_cast<std::uint16_t>(rng()));
+  check_scale_encode<fp8_dtype::e4m3>(x, 1, n, 0x1p-3f, 3);
+  check_scale_encode<fp8_dtype::e5m2>(x, 0, n, 1.0f, 0);
+}
+
+TEST_CASE("bf16 MXFP8 rowwise: inf, NaN, zero and overflowing blocks, tails of blocks [" TEQUANT_TEST_VARIANT "]") {
+  std::mt19937 rng(23);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const std::size_t KB : {std::size_t{1}, std::size_t{8}, std::size_t{19}, std::size_t{40}}) {
+    const std::size_t M = 6, K = 32 * KB;
+    std::vector<bf16> x(M * K);
+    for (std::size_t m = 0; m < M; ++m)
+      for (std::size_t kb = 0; kb < KB; ++kb) {
+        const unsigned kind = static_cast<unsigned>(rng() % 8);
+        const int ex = static_cast<int>(rng() % 250) - 125;
+        for (std::size_t t = 0; t < 32; ++t) {
+          float v = std::ldexp(std::uniform_real_distribution<float>(-2.0f, 2.0f)(rng), ex);
+          const unsigned r = static_cast<unsigned>(rng() % 32);
+          if (kind == 0 && r == 0) v = (rng() % 2) ? inf : -inf;  // an inf block: multiplier 0
+          if (kind == 1 && r < 3) v = std::numeric_limits<float>::quiet_NaN();
+          if (kind == 2) v = (r < 16) ? 0.0f : -0.0f;
+          if (kind == 3) v = std::ldexp(v, 127 - ex);  // amax near the largest floats: codes up to 254
+          if (kind == 4 && r == 1) v = std::numeric_limits<float>::quiet_NaN();
+          if (kind == 4 && r == 2) v = -inf;
+          x[m * K + kb * 32 + t] = tequant::to_bf16(v);
+        }
+        if (kind == 5) x[m * K + kb * 32 + rng() % 32] = from_bits(0x7F80);  // inf among finite values
+        if (kind == 6) x[m * K + kb * 32 + rng() % 32] = from_bits(0xFFC1);  // a negative NaN
+      }
+    for (const bool stream : {false, true})
+      for (const auto d : {fp8_dtype::e4m3, fp8_dtype::e5m2}) {
+        CAPTURE(KB);
+        CAPTURE(stream);
+        std::vector<std::uint8_t> data(M * K), scale(M * (KB + 3), 0xEE), want_data(M * K), want_scale(M * (KB + 3), 0xEE);
+        tequant::detail::with_dtype(d, [&]<fp8_dtype D>() {
+          detail::mxfp8_rowwise_host<D>(x.data(), M, K, data.data(), scale.data(), KB + 3, stream);
+          detail::mxfp8_rowwise_scalar<D>(x.data(), M, K, want_data.data(), want_scale.data(), KB + 3);
+        });
+        CHECK(data == want_data);
+        CHECK(scale == want_scale);
+      }
+  }
+}
