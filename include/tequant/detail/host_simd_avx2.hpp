@@ -1,0 +1,607 @@
+// SPDX-License-Identifier: Apache-2.0
+// The AVX2 + F16C host kernels (x86 with g++/clang, compiled with a target attribute whatever the
+// translation unit's flags, chosen at run time by host_simd.hpp): the same bits as the portable loops.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "tequant/config.hpp"
+#include "tequant/detail/host_simd_scalar.hpp"
+
+#if TEQUANT_HAS_X86_TARGET_ATTRIBUTES
+#  include <immintrin.h>
+#endif
+
+namespace tequant::detail {
+
+// ---- AVX2 + F16C (x86, chosen at run time) ---------------------------------------------------------
+
+#if TEQUANT_HAS_X86_TARGET_ATTRIBUTES
+namespace avx2 {
+
+template <class T>
+inline constexpr bool input = std::is_same_v<T, float> || std::is_same_v<T, bf16> || std::is_same_v<T, fp16>;
+
+template <class T>
+TEQUANT_TARGET_AVX2_INLINE inline __m256 load8(const T* p) noexcept {
+  if constexpr (std::is_same_v<T, float>) {
+    return _mm256_loadu_ps(p);
+  } else if constexpr (std::is_same_v<T, bf16>) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  } else {
+    static_assert(std::is_same_v<T, fp16>);
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+}
+
+/// Whether load32 returns the 32 elements in halves order: bf16 is widened by interleaving zeros
+/// below each 16-bit pattern (one unpack per 8 elements instead of a zero-extension and a shift), which
+/// works within 128-bit lanes: v[0] holds elements 0-3 and 8-11, v[1] 4-7 and 12-15, v[2] and v[3]
+/// the same of 16-31. store32<_, true> puts the codes back in order; per-element operands (columnwise
+/// multipliers) are permuted to match (halves_order).
+template <class T>
+inline constexpr bool halves = std::is_same_v<T, bf16>;
+
+/// The 32 elements at p as four vectors of floats (in halves order for bf16).
+template <class T>
+TEQUANT_TARGET_AVX2_INLINE inline void load32(const T* p, __m256* v) noexcept {
+  if constexpr (halves<T>) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16));
+    const __m256i z = _mm256_setzero_si256();
+    v[0] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, a));
+    v[1] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, a));
+    v[2] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, b));
+    v[3] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, b));
+  } else {
+    for (int j = 0; j < 4; ++j) v[j] = load8(p + 8 * j);
+  }
+}
+
+/// Per-element operands of 32 consecutive elements (four vectors in order) in load32's order for T.
+template <class T>
+TEQUANT_TARGET_AVX2_INLINE inline void halves_order(const __m256* m, __m256* out) noexcept {
+  if constexpr (halves<T>) {
+    out[0] = _mm256_permute2f128_ps(m[0], m[1], 0x20);
+    out[1] = _mm256_permute2f128_ps(m[0], m[1], 0x31);
+    out[2] = _mm256_permute2f128_ps(m[2], m[3], 0x20);
+    out[3] = _mm256_permute2f128_ps(m[2], m[3], 0x31);
+  } else {
+    for (int j = 0; j < 4; ++j) out[j] = m[j];
+  }
+}
+
+/// amax keys of 8 lanes (sign cleared, NaN -> 0) as int32; all values are in [0, 0x7F800000].
+TEQUANT_TARGET_AVX2_INLINE inline __m256i amax_key8(__m256 v) noexcept {
+  const __m256i a = _mm256_and_si256(_mm256_castps_si256(v), _mm256_set1_epi32(0x7FFFFFFF));
+  const __m256i nan = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7F800000));
+  return _mm256_andnot_si256(nan, a);
+}
+
+/// 16-bit amax keys of the 16 bf16 at p: the key of a bf16 is its sign-cleared bits (<< 16 as a float
+/// key), NaN (above 0x7F80) -> 0. Signed 16-bit max orders them like the values.
+TEQUANT_TARGET_AVX2_INLINE inline __m256i bf16_keys16(const bf16* p) noexcept {
+  const __m256i k = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), _mm256_set1_epi16(0x7FFF));
+  return _mm256_andnot_si256(_mm256_cmpgt_epi16(k, _mm256_set1_epi16(0x7F80)), k);
+}
+
+/// 8 lanes of amax keys whose max is the amax key of the 32 elements at p.
+template <class T>
+TEQUANT_TARGET_AVX2_INLINE inline __m256i keys32(const T* p) noexcept {
+  if constexpr (std::is_same_v<T, bf16>) {
+    // On the 16-bit patterns directly, widened to 32-bit keys at the end.
+    const __m256i m = _mm256_max_epi16(bf16_keys16(p), bf16_keys16(p + 16));
+    const __m256i m32 = _mm256_max_epi32(_mm256_and_si256(m, _mm256_set1_epi32(0xFFFF)), _mm256_srli_epi32(m, 16));
+    return _mm256_slli_epi32(m32, 16);
+  } else {
+    return _mm256_max_epi32(_mm256_max_epi32(amax_key8(load8(p)), amax_key8(load8(p + 8))),
+                            _mm256_max_epi32(amax_key8(load8(p + 16)), amax_key8(load8(p + 24))));
+  }
+}
+
+TEQUANT_TARGET_AVX2_INLINE inline std::uint32_t hmax_epi32(__m256i m) noexcept {
+  __m128i r = _mm_max_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+  r = _mm_max_epi32(r, _mm_shuffle_epi32(r, 0x4E));
+  r = _mm_max_epi32(r, _mm_shuffle_epi32(r, 0xB1));
+  return static_cast<std::uint32_t>(_mm_cvtsi128_si32(r));
+}
+
+/// Lane b of the result = max over the 8 lanes of m[b] (eight horizontal maxima in 21 instructions).
+TEQUANT_TARGET_AVX2_INLINE inline __m256i transpose_max8(const __m256i* m) noexcept {
+  const __m256i a01 = _mm256_max_epi32(_mm256_unpacklo_epi32(m[0], m[1]), _mm256_unpackhi_epi32(m[0], m[1]));
+  const __m256i a23 = _mm256_max_epi32(_mm256_unpacklo_epi32(m[2], m[3]), _mm256_unpackhi_epi32(m[2], m[3]));
+  const __m256i a45 = _mm256_max_epi32(_mm256_unpacklo_epi32(m[4], m[5]), _mm256_unpackhi_epi32(m[4], m[5]));
+  const __m256i a67 = _mm256_max_epi32(_mm256_unpacklo_epi32(m[6], m[7]), _mm256_unpackhi_epi32(m[6], m[7]));
+  const __m256i b03 = _mm256_max_epi32(_mm256_unpacklo_epi64(a01, a23), _mm256_unpackhi_epi64(a01, a23));
+  const __m256i b47 = _mm256_max_epi32(_mm256_unpacklo_epi64(a45, a67), _mm256_unpackhi_epi64(a45, a67));
+  return _mm256_max_epi32(_mm256_permute2x128_si256(b03, b47, 0x20), _mm256_permute2x128_si256(b03, b47, 0x31));
+}
+
+/// Branch-free x -> FP8 code for 8 lanes, as int32 in [0, 255]: RNE, saturating, every NaN -> 0x7F.
+/// |y| (clamped to the largest finite value, which is what saturation rounds to) plus c = 2^(E + 23 -
+/// mant), E = max(exponent of |y|, smallest normal exponent), is a float whose ulp is the FP8 step at
+/// |y|, so the FPU's round-to-nearest-even does the rounding, subnormal targets included; bits(sum) -
+/// bits(c) counts FP8 steps above c, and the code is that plus (E - emin) << mant. Checked against the
+/// scalar encoders on all 2^32 inputs (tests/backend, label exhaustive).
+template <fp8_dtype D>
+TEQUANT_TARGET_AVX2_INLINE inline __m256i encode8(__m256 y) noexcept {
+  using tr = fp8_traits<D>;
+  constexpr int emin_biased = 127 + 1 - tr::bias;  // the smallest normal exponent, float-biased
+  const __m256i u = _mm256_castps_si256(y);
+  const __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
+  const __m256 mag = _mm256_min_ps(_mm256_castsi256_ps(a), _mm256_set1_ps(fp8_max(D)));  // NaN: fixed below
+  const __m256i e = _mm256_max_epi32(_mm256_and_si256(_mm256_castps_si256(mag), _mm256_set1_epi32(0x7F800000)),
+                                     _mm256_set1_epi32(emin_biased << 23));
+  const __m256i c = _mm256_add_epi32(e, _mm256_set1_epi32((23 - tr::mant) << 23));
+  const __m256i steps = _mm256_sub_epi32(_mm256_castps_si256(_mm256_add_ps(mag, _mm256_castsi256_ps(c))), c);
+  const __m256i base = _mm256_sub_epi32(_mm256_srli_epi32(e, 23 - tr::mant), _mm256_set1_epi32(emin_biased << tr::mant));
+  const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(u, 24), _mm256_set1_epi32(0x80));
+  const __m256i code = _mm256_or_si256(_mm256_add_epi32(steps, base), sign);
+  const __m256i nan = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7F800000));
+  return _mm256_blendv_epi8(code, _mm256_set1_epi32(0x7F), nan);
+}
+
+/// Packs 32 int32 codes (four vectors, in order) into 32 bytes. Stream: non-temporal stores (out must
+/// be 16-byte aligned), for outputs too large to stay in cache: an ordinary store first reads the line
+/// it writes (6/5 of the bytes moved for fp32 input, 4/3 for 16-bit), a streaming store does not.
+/// Every kernel that streams ends with stream_fence().
+template <bool Stream = false, bool Halves = false>
+TEQUANT_TARGET_AVX2_INLINE inline void store32(std::uint8_t* out, __m256i c0, __m256i c1, __m256i c2, __m256i c3) noexcept {
+  const __m256i p01 = _mm256_packus_epi32(c0, c1);  // lanes interleaved by 128-bit halves
+  const __m256i p23 = _mm256_packus_epi32(c2, c3);
+  const __m256i b = _mm256_packus_epi16(p01, p23);
+  // In halves order (load32 of bf16) the packs leave 8-byte groups 0-7, 16-23, 8-15, 24-31.
+  const __m256i fixed = Halves ? _mm256_permute4x64_epi64(b, 0xD8)
+                               : _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  if constexpr (Stream) {
+    // Two 16-byte halves: 32-byte alignment is not guaranteed (glibc's large blocks are 16 mod 32).
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(fixed));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out + 16), _mm256_extracti128_si256(fixed, 1));
+  } else {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), fixed);
+  }
+}
+
+/// Orders the streaming stores before anything this thread writes next (a flag another thread or a
+/// device reads, say): they are weakly ordered and would otherwise sit in write-combining buffers.
+TEQUANT_TARGET_AVX2_INLINE inline void stream_fence() noexcept { _mm_sfence(); }
+
+/// out[0..32) = fp8(x[0..32) * s).
+template <fp8_dtype D, bool Stream = false, class T>
+TEQUANT_TARGET_AVX2_INLINE inline void encode32(const T* x, __m256 s, std::uint8_t* out) noexcept {
+  __m256 v[4];
+  load32(x, v);
+  store32<Stream, halves<T>>(out, encode8<D>(_mm256_mul_ps(v[0], s)), encode8<D>(_mm256_mul_ps(v[1], s)),
+                             encode8<D>(_mm256_mul_ps(v[2], s)), encode8<D>(_mm256_mul_ps(v[3], s)));
+}
+
+/// Prefetches [p, p + bytes) into L1. The grouped kernels read a group twice (amax, then cast from L1);
+/// without this the first read is a burst of loads with nothing to overlap the memory latency with.
+TEQUANT_TARGET_AVX2_INLINE inline void prefetch_bytes(const void* p, std::size_t bytes) noexcept {
+  for (std::size_t o = 0; o < bytes; o += 64) _mm_prefetch(static_cast<const char*>(p) + o, _MM_HINT_T0);
+}
+
+/// How far ahead of the group being cast the next groups are prefetched: at least one group, and at
+/// least 2 KiB (the bandwidth-latency product of one core, roughly).
+inline constexpr std::size_t prefetch_ahead(std::size_t group_bytes) noexcept { return group_bytes < 2048 ? 2048 : group_bytes; }
+
+/// Lane b of v broadcast to all lanes.
+TEQUANT_TARGET_AVX2_INLINE inline __m256 lane(__m256 v, int b) noexcept { return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(b)); }
+
+template <class T>
+TEQUANT_TARGET_AVX2 inline std::uint32_t amax(const T* x, std::size_t n) noexcept {
+  std::size_t i = 0;
+  __m256i m0 = _mm256_setzero_si256(), m1 = m0;
+  for (; i + 64 <= n; i += 64) {
+    m0 = _mm256_max_epi32(m0, keys32(x + i));
+    m1 = _mm256_max_epi32(m1, keys32(x + i + 32));
+  }
+  if (i + 32 <= n) {
+    m0 = _mm256_max_epi32(m0, keys32(x + i));
+    i += 32;
+  }
+  const std::uint32_t m = hmax_epi32(_mm256_max_epi32(m0, m1));
+  const std::uint32_t t = amax_bits_scalar(x + i, n - i);
+  return t > m ? t : m;
+}
+
+/// Whether a kernel writing `bytes` of codes at `out` (and, for matrices, rows `row_bytes` apart)
+/// streams: large enough, and every 32-byte group it stores 16-byte aligned.
+inline bool use_streaming_stores(const void* out, std::size_t bytes, std::size_t row_bytes = 0) noexcept {
+  return bytes >= streaming_store_min_bytes && reinterpret_cast<std::uintptr_t>(out) % 16 == 0 && row_bytes % 16 == 0;
+}
+
+/// The matrix kernels' form: `large` (the caller's whole output is at least streaming_store_min_bytes,
+/// though one call may write one row block of it), and every 32-byte group 16-byte aligned.
+inline bool use_streaming_stores(bool large, const void* out, std::size_t row_bytes) noexcept {
+  return large && reinterpret_cast<std::uintptr_t>(out) % 16 == 0 && row_bytes % 16 == 0;
+}
+
+template <fp8_dtype D, bool Stream, class T>
+TEQUANT_TARGET_AVX2 inline __m256i scale_encode_run(const T* x, std::size_t& i, std::size_t n, __m256 s, std::uint8_t* out,
+                                                    bool with_amax) noexcept {
+  __m256i mk = _mm256_setzero_si256();
+  for (; i + 32 <= n; i += 32) {
+    __m256 v[4];
+    load32(x + i, v);
+    const __m256 v0 = v[0], v1 = v[1], v2 = v[2], v3 = v[3];
+    if (with_amax) {
+      mk = _mm256_max_epi32(mk, _mm256_max_epi32(_mm256_max_epi32(amax_key8(v0), amax_key8(v1)),
+                                                 _mm256_max_epi32(amax_key8(v2), amax_key8(v3))));
+    }
+    store32<Stream, halves<T>>(out + i, encode8<D>(_mm256_mul_ps(v0, s)), encode8<D>(_mm256_mul_ps(v1, s)),
+                    encode8<D>(_mm256_mul_ps(v2, s)), encode8<D>(_mm256_mul_ps(v3, s)));
+  }
+  return mk;
+}
+
+template <fp8_dtype D, class T>
+TEQUANT_TARGET_AVX2 inline std::uint32_t scale_encode(const T* x, std::size_t n, float scale, std::uint8_t* out,
+                                                      bool with_amax) noexcept {
+  std::size_t i = 0;
+  const __m256 s = _mm256_set1_ps(scale);
+  std::uint32_t m = 0;
+  if (n >= streaming_store_min_bytes) {
+    // The few elements before the first 16-byte boundary of out go through the scalar loop.
+    const std::size_t head = (16 - reinterpret_cast<std::uintptr_t>(out) % 16) % 16;
+    m = scale_encode_scalar<D>(x, head, scale, out, with_amax);
+    i = head;
+    const std::uint32_t mv = hmax_epi32(scale_encode_run<D, true>(x, i, n, s, out, with_amax));
+    stream_fence();
+    m = mv > m ? mv : m;
+  } else {
+    m = hmax_epi32(scale_encode_run<D, false>(x, i, n, s, out, with_amax));
+  }
+  const std::uint32_t t = scale_encode_scalar<D>(x + i, n - i, scale, out + i, with_amax);
+  return t > m ? t : m;
+}
+
+template <fp8_dtype D, class T>
+TEQUANT_TARGET_AVX2 inline void scale_encode_each(const T* x, std::size_t n, const float* scale, std::uint8_t* out) noexcept {
+  std::size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    store32(out + i, encode8<D>(_mm256_mul_ps(load8(x + i), _mm256_loadu_ps(scale + i))),
+            encode8<D>(_mm256_mul_ps(load8(x + i + 8), _mm256_loadu_ps(scale + i + 8))),
+            encode8<D>(_mm256_mul_ps(load8(x + i + 16), _mm256_loadu_ps(scale + i + 16))),
+            encode8<D>(_mm256_mul_ps(load8(x + i + 24), _mm256_loadu_ps(scale + i + 24))));
+  }
+  scale_encode_each_scalar<D>(x + i, n - i, scale + i, out + i);
+}
+
+template <class T>
+TEQUANT_TARGET_AVX2 inline void column_amax(const T* x, std::size_t n, std::uint32_t* colmax) noexcept {
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256i* c = reinterpret_cast<__m256i*>(colmax + i);
+    _mm256_storeu_si256(c, _mm256_max_epi32(_mm256_loadu_si256(c), amax_key8(load8(x + i))));
+  }
+  column_amax_scalar(x + i, n - i, colmax + i);
+}
+
+/// encode_e8m0(bits_float(amax) * (1 / fp8_max)) for 8 lanes of non-NaN amax bits.
+template <fp8_dtype D>
+TEQUANT_TARGET_AVX2_INLINE inline __m256i e8m0_codes8(__m256i amax_bits) noexcept {
+  constexpr float rcp = 1.0f / fp8_max(D);
+  const __m256i a = _mm256_castps_si256(_mm256_mul_ps(_mm256_castsi256_ps(amax_bits), _mm256_set1_ps(rcp)));
+  const __m256i e = _mm256_srli_epi32(a, 23);
+  const __m256i mant = _mm256_and_si256(a, _mm256_set1_epi32(0x7FFFFF));
+  // Round the exponent up when the mantissa is non-zero; exponent 0 (denormal) holds up to 2^-127.
+  const __m256i thr = _mm256_and_si256(_mm256_cmpeq_epi32(e, _mm256_setzero_si256()), _mm256_set1_epi32(0x400000));
+  const __m256i up = _mm256_cmpgt_epi32(mant, thr);  // -1 where the exponent rounds up
+  return _mm256_min_epi32(_mm256_sub_epi32(e, up), _mm256_set1_epi32(0xFE));  // inf and overflow -> 254
+}
+
+/// e8m0_cast_multiplier for 8 codes in [0, 254]: (254 - e) << 23 is already 0 for code 254; code 0 -> 1.
+TEQUANT_TARGET_AVX2_INLINE inline __m256 e8m0_multipliers8(__m256i e) noexcept {
+  const __m256i m = _mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(254), e), 23);
+  return _mm256_castsi256_ps(_mm256_blendv_epi8(m, _mm256_set1_epi32(0x3F800000), _mm256_cmpeq_epi32(e, _mm256_setzero_si256())));
+}
+
+/// Eight int32 values in [0, 255] -> eight bytes.
+TEQUANT_TARGET_AVX2_INLINE inline void store8_bytes(std::uint8_t* out, __m256i v) noexcept {
+  const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm_packus_epi16(w, w));
+}
+
+// Eight blocks at a time: their amaxes land in one vector (no per-block horizontal reduction and no
+// scalar scale code on the critical path), the scales are computed 8-wide, then each block is cast
+// from L1 with its scale broadcast from that vector.
+template <fp8_dtype D, bool Stream, class T>
+TEQUANT_TARGET_AVX2 inline void mxfp8_rowwise_run(const T* x, std::size_t M, std::size_t K, std::uint8_t* data,
+                                                  std::uint8_t* scale, std::size_t scale_cols) noexcept {
+  constexpr std::size_t ahead = prefetch_ahead(8 * 32 * sizeof(T));
+  const std::size_t KB = K / 32;
+  for (std::size_t m = 0; m < M; ++m) {
+    const T* src = x + m * K;
+    std::uint8_t* dst = data + m * K;
+    std::uint8_t* sc = scale + m * scale_cols;
+    std::size_t kb = 0;
+    for (; kb + 8 <= KB; kb += 8) {
+      const T* p = src + kb * 32;
+      __m256i bm[8];
+      for (int b = 0; b < 8; ++b) bm[b] = keys32(p + b * 32);
+      const __m256i e = e8m0_codes8<D>(transpose_max8(bm));
+      store8_bytes(sc + kb, e);
+      const __m256 mult = e8m0_multipliers8(e);
+      for (int b = 0; b < 8; ++b) {
+        prefetch_bytes(p + b * 32 + ahead / sizeof(T), 32 * sizeof(T));
+        encode32<D, Stream>(p + b * 32, lane(mult, b), dst + kb * 32 + b * 32);
+      }
+    }
+    for (; kb < KB; ++kb) {
+      const std::uint8_t e = mxfp8_code<D>(hmax_epi32(keys32(src + kb * 32)));
+      sc[kb] = e;
+      encode32<D, Stream>(src + kb * 32, _mm256_set1_ps(e8m0_cast_multiplier(e)), dst + kb * 32);
+    }
+  }
+}
+
+template <fp8_dtype D, class T>
+TEQUANT_TARGET_AVX2 inline void mxfp8_rowwise(const T* x, std::size_t M, std::size_t K, std::uint8_t* data,
+                                              std::uint8_t* scale, std::size_t scale_cols, bool stream) noexcept {
+  if (use_streaming_stores(stream, data, K)) {
+    mxfp8_rowwise_run<D, true>(x, M, K, data, scale, scale_cols);
+    stream_fence();
+  } else {
+    mxfp8_rowwise_run<D, false>(x, M, K, data, scale, scale_cols);
+  }
+}
+
+/// max(m, |v| of the non-NaN lanes of v), for amaxes kept as floats: maxps returns its second operand
+/// when either is NaN, so a NaN lane leaves m as it was (m is never NaN: it starts at 0). On the
+/// non-negative, non-NaN values left, the float max orders as amax_key's integer max of the bits, so
+/// the bits of the result are the amax key (2 operations per 8 elements instead of amax_key8's 4).
+TEQUANT_TARGET_AVX2_INLINE inline __m256 abs_max_skip_nan(__m256 v, __m256 m) noexcept {
+  return _mm256_max_ps(_mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF))), m);
+}
+
+/// Column amax keys of the 32 x (8 * NV) values at p (row stride K): lane i of keys[j] = max over the
+/// 32 rows of the key of column 8j + i. Kept in registers, so the column max costs no loads or stores
+/// of a colmax array.
+template <int NV, class T>
+TEQUANT_TARGET_AVX2_INLINE inline void column_keys32(const T* p, std::size_t K, __m256i* keys) noexcept {
+  if constexpr (std::is_same_v<T, bf16>) {
+    // 16 columns per load on the 16-bit patterns, widened to 32-bit keys at the end.
+    __m256i m[NV / 2];
+    for (int h = 0; h < NV / 2; ++h) m[h] = _mm256_setzero_si256();
+    for (std::size_t r = 0; r < 32; ++r)
+      for (int h = 0; h < NV / 2; ++h) m[h] = _mm256_max_epi16(m[h], bf16_keys16(p + r * K + h * 16));
+    for (int h = 0; h < NV / 2; ++h) {
+      keys[2 * h] = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(m[h])), 16);
+      keys[2 * h + 1] = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(m[h], 1)), 16);
+    }
+  } else if constexpr (std::is_same_v<T, float>) {
+    // NaN-skipping float maxima: 2 operations per 8 elements (amax_key8: 4).
+    __m256 m[NV];
+    for (int j = 0; j < NV; ++j) m[j] = _mm256_setzero_ps();
+    for (std::size_t r = 0; r < 32; ++r)
+      for (int j = 0; j < NV; ++j) m[j] = abs_max_skip_nan(_mm256_loadu_ps(p + r * K + j * 8), m[j]);
+    for (int j = 0; j < NV; ++j) keys[j] = _mm256_castps_si256(m[j]);
+  } else {
+    for (int j = 0; j < NV; ++j) keys[j] = _mm256_setzero_si256();
+    for (std::size_t r = 0; r < 32; ++r)
+      for (int j = 0; j < NV; ++j) keys[j] = _mm256_max_epi32(keys[j], amax_key8(load8(p + r * K + j * 8)));
+  }
+}
+
+/// MXFP8 32x1 blocks of the 32 x (8 * NV) values at x + c0 (row stride K): column amaxes in registers,
+/// E8M0 codes and multipliers 8-wide, then the cast while the same columns of later groups are
+/// prefetched row by row. The hardware prefetcher does not follow 32 interleaved row streams, and the
+/// prefetch goes to L2 (T1): rows K * sizeof(T) apart (a multiple of 4 KiB for the usual K) share L1
+/// sets, so prefetching into L1 would evict the lines still to be cast.
+template <fp8_dtype D, int NV, bool Stream, class T>
+TEQUANT_TARGET_AVX2 inline void mxfp8_column_group(const T* x, std::size_t K, std::size_t c0, std::uint8_t* data,
+                                                   std::uint8_t* scale) noexcept {
+  constexpr std::size_t ahead = 1024 / sizeof(T);  // measured best of 512 to 4096 bytes per row
+  __m256i keys[NV];
+  column_keys32<NV>(x + c0, K, keys);
+  __m256 mult[NV];
+  for (int j = 0; j < NV; ++j) {
+    const __m256i e = e8m0_codes8<D>(keys[j]);
+    store8_bytes(scale + c0 + j * 8, e);
+    mult[j] = e8m0_multipliers8(e);
+  }
+  for (int q = 0; q < NV; q += 4) {
+    __m256 m[4];
+    halves_order<T>(mult + q, m);
+    for (int j = 0; j < 4; ++j) mult[q + j] = m[j];
+  }
+  const bool prefetch = c0 + ahead < K;
+  for (std::size_t r = 0; r < 32; ++r) {
+    const T* p = x + r * K + c0;
+    if (prefetch)
+      for (std::size_t o = 0; o < NV * 8 * sizeof(T); o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + ahead) + o, _MM_HINT_T1);
+    for (int q = 0; q < NV; q += 4) {
+      __m256 v[4];
+      load32(p + q * 8, v);
+      store32<Stream, halves<T>>(data + r * K + c0 + q * 8, encode8<D>(_mm256_mul_ps(v[0], mult[q])),
+                                 encode8<D>(_mm256_mul_ps(v[1], mult[q + 1])), encode8<D>(_mm256_mul_ps(v[2], mult[q + 2])),
+                                 encode8<D>(_mm256_mul_ps(v[3], mult[q + 3])));
+    }
+  }
+}
+
+// 256 bytes of each row per group (64 fp32 or 128 16-bit columns; measured: 32 columns leave half of
+// each 64-byte output line to the next group, 128 fp32 columns run out of registers), 32 at the end.
+template <fp8_dtype D, bool Stream, class T>
+TEQUANT_TARGET_AVX2 inline void mxfp8_columnwise_run(const T* x, std::size_t K, std::uint8_t* data, std::uint8_t* scale) noexcept {
+  constexpr int NV = 256 / (8 * sizeof(T));
+  std::size_t c0 = 0;
+  for (; c0 + NV * 8 <= K; c0 += NV * 8) mxfp8_column_group<D, NV, Stream>(x, K, c0, data, scale);
+  for (; c0 < K; c0 += 32) mxfp8_column_group<D, 4, Stream>(x, K, c0, data, scale);
+}
+
+template <fp8_dtype D, class T>
+TEQUANT_TARGET_AVX2 inline void mxfp8_columnwise(const T* x, std::size_t K, std::uint8_t* data, std::uint8_t* scale,
+                                                 bool stream) noexcept {
+  if (use_streaming_stores(stream, data, K)) {
+    mxfp8_columnwise_run<D, true>(x, K, data, scale);
+    stream_fence();
+  } else {
+    mxfp8_columnwise_run<D, false>(x, K, data, scale);
+  }
+}
+
+/// max(m, the amax keys of the 128 elements at p) in 8 lanes: NaN-skipping float maxima for fp32 (two
+/// chains), keys32 for 16-bit inputs.
+template <class T>
+TEQUANT_TARGET_AVX2_INLINE inline __m256i tile_keys128(const T* p, __m256i m) noexcept {
+  if constexpr (std::is_same_v<T, float>) {
+    __m256 a = _mm256_castsi256_ps(m), b = _mm256_setzero_ps();
+    for (int j = 0; j < 16; j += 2) {
+      a = abs_max_skip_nan(_mm256_loadu_ps(p + 8 * j), a);
+      b = abs_max_skip_nan(_mm256_loadu_ps(p + 8 * j + 8), b);
+    }
+    return _mm256_castps_si256(_mm256_max_ps(a, b));
+  } else {
+    return _mm256_max_epi32(m, _mm256_max_epi32(_mm256_max_epi32(keys32(p), keys32(p + 32)),
+                                                _mm256_max_epi32(keys32(p + 64), keys32(p + 96))));
+  }
+}
+
+/// scale_from_amax for 8 lanes of non-NaN amax bits (same IEEE operations, same order of cases).
+template <fp8_dtype D>
+TEQUANT_TARGET_AVX2_INLINE inline __m256 block_scales8(__m256i amax_bits, bool pow2, float eps, float value_for_inf) noexcept {
+  const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF), inf_bits = _mm256_set1_epi32(0x7F800000);
+  __m256 a = _mm256_castsi256_ps(amax_bits);
+  const __m256 e = _mm256_set1_ps(eps);
+  a = _mm256_blendv_ps(a, e, _mm256_cmp_ps(a, e, _CMP_LT_OQ));
+  const __m256i ab = _mm256_and_si256(_mm256_castps_si256(a), abs_mask);
+  const __m256 one = _mm256_or_ps(_mm256_cmp_ps(a, _mm256_setzero_ps(), _CMP_EQ_OQ),
+                                  _mm256_castsi256_ps(_mm256_cmpgt_epi32(ab, _mm256_set1_epi32(0x7F7FFFFF))));
+  __m256 s = _mm256_div_ps(_mm256_set1_ps(fp8_max(D)), a);
+  const __m256i s_inf = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_castps_si256(s), abs_mask), inf_bits);
+  s = _mm256_blendv_ps(s, _mm256_set1_ps(value_for_inf), _mm256_castsi256_ps(s_inf));
+  if (pow2) s = _mm256_and_ps(s, _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(0xFF800000u))));
+  return _mm256_blendv_ps(s, _mm256_set1_ps(1.0f), one);
+}
+
+template <fp8_dtype D, bool Stream, class T>
+TEQUANT_TARGET_AVX2 inline void block_rowwise_run(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, float* scale_inv,
+                                                  std::size_t scale_stride, bool pow2, float eps, float value_for_inf) noexcept {
+  constexpr std::size_t ahead = prefetch_ahead(8 * 128 * sizeof(T));
+  const std::size_t full = K / 1024 * 1024;  // columns covered by groups of eight full 1x128 tiles
+  for (std::size_t m = 0; m < M; ++m) {
+    const T* src = x + m * K;
+    std::uint8_t* dst = data + m * K;
+    for (std::size_t c0 = 0; c0 < full; c0 += 1024) {
+      const T* p = src + c0;
+      __m256i bm[8];
+      for (int b = 0; b < 8; ++b) {
+        const T* t = p + b * 128;
+        bm[b] = tile_keys128(t, _mm256_setzero_si256());
+      }
+      const __m256 s = block_scales8<D>(transpose_max8(bm), pow2, eps, value_for_inf);
+      alignas(32) float inv[8];
+      _mm256_store_ps(inv, _mm256_div_ps(_mm256_set1_ps(1.0f), s));
+      for (int b = 0; b < 8; ++b) scale_inv[(c0 / 128 + static_cast<std::size_t>(b)) * scale_stride + m] = inv[b];
+      for (int b = 0; b < 8; ++b) {
+        prefetch_bytes(p + b * 128 + ahead / sizeof(T), 128 * sizeof(T));
+        const __m256 sb = lane(s, b);
+        for (int q = 0; q < 4; ++q) encode32<D, Stream>(p + b * 128 + q * 32, sb, dst + c0 + b * 128 + q * 32);
+      }
+    }
+    for (std::size_t c0 = full; c0 < K; c0 += 128) {
+      const std::size_t len = K - c0 < 128 ? K - c0 : 128;
+      const float s = scale_from_amax(bits_float(amax(src + c0, len)), fp8_max(D), pow2, eps, value_for_inf);
+      scale_inv[(c0 / 128) * scale_stride + m] = 1.0f / s;
+      scale_encode<D>(src + c0, len, s, dst + c0, false);
+    }
+  }
+}
+
+template <fp8_dtype D, class T>
+TEQUANT_TARGET_AVX2 inline void block_rowwise(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, float* scale_inv,
+                                              std::size_t scale_stride, bool pow2, float eps, float value_for_inf,
+                                              bool stream) noexcept {
+  if (use_streaming_stores(stream, data, K)) {
+    block_rowwise_run<D, true>(x, M, K, data, scale_inv, scale_stride, pow2, eps, value_for_inf);
+    stream_fence();
+  } else {
+    block_rowwise_run<D, false>(x, M, K, data, scale_inv, scale_stride, pow2, eps, value_for_inf);
+  }
+}
+
+// Two passes over each 128-row block, both reading whole rows in order (what the hardware prefetcher
+// follows): the amaxes of all its tiles (a vector of keys per tile, in L1), then the cast, tile by
+// tile within each row with the tile's scale broadcast, rereading the block (2 MiB of fp32 at K =
+// 4096: more than L2). The two are software-pipelined a row at a time: the amaxes of row r of block
+// mb, then the cast of row r of block mb - 1, so the reads of one block's amax pass alternate with the
+// encoding of the block before instead of the whole passes taking turns (interleaving them a tile at
+// a time measured 2.5x slower for fp32: the two rows are a power of two apart). Measured: walking one
+// 128x128 tile at a time (amax, then the cast from cache) was 2.5x slower: rows K * sizeof(T) apart
+// share cache sets, so a tile does not stay in L2.
+inline constexpr std::size_t block_2d_chunk = 32768;  // columns per call of block_2d_run (its keys: 8 KiB)
+
+/// The tile keys of row p max-accumulated into keys (as keys32's, or NaN-skipping float maxima for
+/// fp32: tile_keys128), those of its partial last tile into tail.
+template <class T>
+TEQUANT_TARGET_AVX2_INLINE inline void block_2d_row_amax(const T* p, std::size_t K, __m256i* keys, std::uint32_t& tail) noexcept {
+  const std::size_t full = K / 128;
+  for (std::size_t kb = 0; kb < full; ++kb) keys[kb] = tile_keys128(p + kb * 128, keys[kb]);
+  if (full * 128 < K) {
+    const std::uint32_t k = amax(p + full * 128, K - full * 128);
+    tail = k > tail ? k : tail;
+  }
+}
+
+/// Row p cast tile by tile with scale[kb] into out.
+template <fp8_dtype D, bool Stream, class T>
+TEQUANT_TARGET_AVX2_INLINE inline void block_2d_row_cast(const T* p, std::size_t K, const float* scale, std::uint8_t* out) noexcept {
+  const std::size_t full = K / 128;
+  for (std::size_t kb = 0; kb < full; ++kb) {
+    const __m256 sv = _mm256_set1_ps(scale[kb]);
+    for (int q = 0; q < 4; ++q) encode32<D, Stream>(p + kb * 128 + q * 32, sv, out + kb * 128 + q * 32);
+  }
+  if (full * 128 < K) scale_encode<D>(p + full * 128, K - full * 128, scale[full], out + full * 128, false);
+}
+
+/// Columns [0, K) (K <= block_2d_chunk) of x [M, *] (row stride ld): scale[mb * scale_ld + kb], and the
+/// codes into data (row stride ld) when non-null.
+template <fp8_dtype D, bool Stream, class T>
+TEQUANT_TARGET_AVX2 inline void block_2d_run(const T* x, std::size_t M, std::size_t K, std::size_t ld, std::uint8_t* data,
+                                             float* scale, std::size_t scale_ld, bool pow2, float eps, float value_for_inf) noexcept {
+  const std::size_t KB = (K + 127) / 128, full = K / 128, MB = (M + 127) / 128;
+  __m256i keys[block_2d_chunk / 128];
+  for (std::size_t mb = 0; mb < MB; ++mb) {
+    const std::size_t nr = M - mb * 128 < 128 ? M - mb * 128 : 128;
+    const bool cast = data && mb;  // the row block before (always 128 rows), with its scales
+    const float* sc = scale + (mb ? mb - 1 : 0) * scale_ld;
+    for (std::size_t kb = 0; kb < KB; ++kb) keys[kb] = _mm256_setzero_si256();
+    std::uint32_t tail = 0;
+    for (std::size_t r = 0; r < nr; ++r) {
+      block_2d_row_amax(x + (mb * 128 + r) * ld, K, keys, tail);
+      if (cast) block_2d_row_cast<D, Stream>(x + ((mb - 1) * 128 + r) * ld, K, sc, data + ((mb - 1) * 128 + r) * ld);
+    }
+    if (cast)
+      for (std::size_t r = nr; r < 128; ++r)
+        block_2d_row_cast<D, Stream>(x + ((mb - 1) * 128 + r) * ld, K, sc, data + ((mb - 1) * 128 + r) * ld);
+    for (std::size_t kb = 0; kb < KB; ++kb)
+      scale[mb * scale_ld + kb] =
+          scale_from_amax(bits_float(kb < full ? hmax_epi32(keys[kb]) : tail), fp8_max(D), pow2, eps, value_for_inf);
+  }
+  if (data && MB)  // the last row block: nothing left to read ahead
+    for (std::size_t m = (MB - 1) * 128; m < M; ++m)
+      block_2d_row_cast<D, Stream>(x + m * ld, K, scale + (MB - 1) * scale_ld, data + m * ld);
+}
+
+template <fp8_dtype D, class T>
+TEQUANT_TARGET_AVX2 inline void block_2d(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, float* scale, bool pow2,
+                                         float eps, float value_for_inf, bool stream) noexcept {
+  const bool st = data && use_streaming_stores(stream, data, K);
+  const std::size_t KB = (K + 127) / 128;
+  for (std::size_t c0 = 0; c0 < K; c0 += block_2d_chunk) {
+    const std::size_t w = K - c0 < block_2d_chunk ? K - c0 : block_2d_chunk;
+    std::uint8_t* out = data ? data + c0 : nullptr;
+    if (st) block_2d_run<D, true>(x + c0, M, w, K, out, scale + c0 / 128, KB, pow2, eps, value_for_inf);
+    else block_2d_run<D, false>(x + c0, M, w, K, out, scale + c0 / 128, KB, pow2, eps, value_for_inf);
+  }
+  if (st) stream_fence();
+}
+
+}  // namespace avx2
+#endif  // TEQUANT_HAS_X86_TARGET_ATTRIBUTES
+
+}  // namespace tequant::detail
