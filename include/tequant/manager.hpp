@@ -2,6 +2,7 @@
 // The quantization manager: composes the parts (recipe, boundary, checkpoint, comm, backend, slot
 // table) and sequences them. Every decision belongs to a part (ARCHITECTURE §6.1).
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -302,7 +303,9 @@ class quantization_manager {
 
   manager_stats stats() const noexcept {
     manager_stats r;
-    counters_.load(r);
+    r.forward_updates = counters_.forward.load(std::memory_order_relaxed);
+    r.backward_updates = counters_.backward.load(std::memory_order_relaxed);
+    r.collectives = counters_.collectives.load(std::memory_order_relaxed);
     r.pending = flush_.pending();
     r.autocast_depth = depth_;
     r.scope_depth = flush_.scope_depth();

@@ -99,18 +99,14 @@ constexpr bool can_checkpoint_replay() {
   return recompute_stack<Stack>;
 }
 
-// What stats() reports of the updates: counted where they run, a backward one possibly on an engine's
-// thread while the training thread reads.
+// What stats() reports of the updates (stats() loads the fields itself: a helper that filled the
+// struct through a reference changed how the training step inlined). Counted where the updates run, a
+// backward one possibly on an engine's thread while the training thread reads.
 struct update_counters {
   std::atomic<std::uint64_t> forward{0}, backward{0}, collectives{0};
   void count(direction d, std::uint64_t collectives_issued) noexcept {
     collectives.fetch_add(collectives_issued, std::memory_order_relaxed);
     (d == direction::forward ? forward : backward).fetch_add(1, std::memory_order_relaxed);
-  }
-  void load(manager_stats& r) const noexcept {
-    r.forward_updates = forward.load(std::memory_order_relaxed);
-    r.backward_updates = backward.load(std::memory_order_relaxed);
-    r.collectives = collectives.load(std::memory_order_relaxed);
   }
 };
 
