@@ -5,7 +5,6 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <forward_list>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -19,6 +18,7 @@
 #include "tequant/comm/concepts.hpp"
 #include "tequant/comm/single_process.hpp"
 #include "tequant/config.hpp"
+#include "tequant/detail/cast_handle_keys.hpp"
 #include "tequant/detail/manager_parts.hpp"
 #include "tequant/error.hpp"
 #include "tequant/guards.hpp"
@@ -35,22 +35,14 @@ namespace detail {
 struct manager_access;
 }  // namespace detail
 
-/// Owns the quantization state of one model and moves it at the right boundaries.
-///
+/// Owns the quantization state of one model and moves it at the right boundaries (docs/api.md).
 /// Recipe     how tensors are scaled (delayed_scaling<>, current_scaling, mxfp8_scaling, block_scaling, a user's)
-/// Boundary   when the backward update is flushed (engine_callback<Hooks>, autocast_entry,
-///            explicit_scope, first_module_owner, a user's)
+/// Boundary   when the backward update is flushed (engine_callback<Hooks>, autocast_entry, explicit_scope, ...)
 /// Checkpoint what activation recompute sees (stacked_recompute, no_recompute)
 /// Comm       how staging amaxes are reduced across ranks (single_process, mpi_comm, nccl_comm, c10d_comm)
-/// Backend    where state lives and casts run (host_backend, cuda_backend)
-///
+/// Backend    where state lives and casts run (host_backend, cuda_backend: stream-ordered, graph-capturable)
 /// Threading: request_backward_update() and plan_cast() of backward slots may be called from several
 /// threads at once; everything else belongs to the thread that drives the training loop.
-///
-/// Device backends (cuda_backend): scales, staging amaxes and checkpoint snapshots live in device
-/// memory and every cast plan holds device pointers; updates, flushes and snapshots are stream-ordered
-/// work that never waits for the device, so a training step can be captured in a CUDA graph. Counters
-/// and flags stay on the host. scale() and staging_amax() read device memory (a synchronisation).
 template <class Recipe, class Boundary, class Checkpoint = stacked_recompute, class Comm = single_process,
           class Backend = host_backend>
 class quantization_manager {
@@ -95,7 +87,7 @@ class quantization_manager {
 
   /// Validates `params` (the recipe's rule) and, for hooks that can tell, that they reach an engine.
   explicit quantization_manager(params_type params = {}, Boundary boundary = {}, Comm comm = {}, Backend backend = {})
-      : recipe_(validated(std::move(params))),
+      : recipe_(detail::validated<valid_recipe, Recipe>(std::move(params))),
         flush_(std::move(boundary), &run_backward_update_thunk, this),
         comm_(std::move(comm)),
         backend_(std::move(backend)) {
@@ -112,13 +104,10 @@ class quantization_manager {
   module_handle register_module(std::string name, std::uint32_t num_gemms = 1, reduction_groups groups = {}) {
     detail::require(num_gemms >= 1, "register_module('", name, "'): num_gemms must be >= 1");
     detail::require(table_.module_count() < 0xFFFFFFFFu, "register_module('", name, "'): too many modules");
-    if constexpr (requires(const Comm& c) { { c.groups() } -> std::convertible_to<std::uint32_t>; })
-      detail::require(groups.forward < comm_.groups() && groups.backward < comm_.groups(), "register_module('", name,
-                      "'): reduction groups (forward ", groups.forward, ", backward ", groups.backward,
-                      ") must be below the communicator's ", comm_.groups(), " groups");
+    detail::check_groups(comm_, groups, name);
     // A new epoch first (it may throw; nothing has changed yet): the registration may move the recipe
     // state that bound handles point into, even when it fails half way.
-    new_epoch();
+    keys_.new_epoch();
     return table_.register_module(std::move(name), num_gemms, groups, recipe_.registering(backend_));
   }
 
@@ -133,14 +122,7 @@ class quantization_manager {
   /// The same for a slot id (its direction must be D).
   template <direction D>
   cast_handle<D> bind(slot_id s) {
-    if (s.dir != D) [[unlikely]]
-      detail::fail("bind<", to_string(D), ">: slot (bucket ", s.bucket, ", index ", s.index, ") is a ",
-                   to_string(s.dir), " slot");
-    cast_handle<D> h;
-    h.owner_ = this;
-    h.slot_ = s;
-    rebind(h, "bind");
-    return h;
+    return keys_.bind<D>(s, this, table_, recipe_);
   }
 
   slot_id slot(module_handle m, forward_role role, std::uint32_t gemm = 0) const { return table_.slot(m, role, gemm); }
@@ -153,9 +135,8 @@ class quantization_manager {
 
   // ---- regions and modes ---------------------------------------------------------------------------
 
-  /// RAII autocast region; regions nest. A top-level entry outside any backward, scope and replay is a
-  /// boundary event (the policy may flush there). The forward update runs when an enabled region exits
-  /// to depth 0 with gradients enabled, outside any replay and not during stack unwinding.
+  /// RAII autocast region; regions nest. A top-level entry is a boundary event; the forward update runs
+  /// when an enabled region exits to depth 0 with gradients on, outside replays, not unwinding.
   autocast_region autocast(bool enabled = true) {
     if (depth_ == 0) {
       if constexpr (is_stateful) flush_.top_level_entry(frames_.in_replay());
@@ -166,7 +147,7 @@ class quantization_manager {
     autocast_region r(this, enabled, enabled_, flush_.autocast_enter(depth_), watch ? std::uncaught_exceptions() : -1);
     enabled_ = enabled;
     ++depth_;
-    if (!enabled) spoil_fast_key();
+    if (!enabled) keys_.spoil();
     return r;
   }
 
@@ -193,9 +174,7 @@ class quantization_manager {
   }
 
   /// How the next cast of `slot` goes: the recipe's plan, then, for forward slots, the autocast state
-  /// (outside an enabled region: high precision, nothing recorded) and the checkpoint frames (inside a
-  /// replay: the original forward's scale, nothing recorded; inside a recording frame: its snapshot
-  /// keeps what this cast uses). Backward casts belong to a forward that quantized.
+  /// (disabled: high precision) and the checkpoint frames (a replay: the original forward's scale).
   TEQUANT_ALWAYS_INLINE cast_plan plan_cast(slot_id slot) {
     // One branch on the direction first: below it the direction is a constant, so the slot check and
     // the recipe's plan (its dtype) fold to the one direction.
@@ -215,21 +194,17 @@ class quantization_manager {
     return recipe_.plan(slot_id{direction::backward, slot.bucket, slot.index});
   }
 
-  /// The same plan as plan_cast(handle.slot()), through a handle from bind(); it lies in the handle,
-  /// valid until the handle's next plan_cast. Common path (the handle is bound in the current epoch,
-  /// and for forward slots an enabled region with no checkpoint frame open): one compare of the
-  /// handle's key with the manager's, then the plan the handle keeps. Else, out of line: a handle of
-  /// another manager (or none) throws; a stale one re-binds (the slot checked again, the recipe's plan
-  /// taken again); then the autocast state and the frames, exactly as for slot ids.
+  /// The same plan as plan_cast(handle.slot()), kept in the handle until its next plan_cast. Common
+  /// path: one compare of the handle's key with the manager's (detail/cast_handle_keys.hpp).
   template <direction D>
   TEQUANT_ALWAYS_INLINE const cast_plan& plan_cast(cast_handle<D>& handle) {
     // A reference, not a value: the paths meet in a pointer, and the caller loads only the fields it
     // reads (a 64-byte value made the compiler copy the whole plan through the stack on every cast).
-    if constexpr (caches_plans) {
-      if (handle.key_ == fast_key<D>()) [[likely]]
+    if constexpr (detail::keeps_plans<recipe_part>) {
+      if (handle.key_ == keys_.key<D>()) [[likely]]
         return handle.kept_;
     } else {
-      if (handle.key_ == fast_key<D>()) [[likely]] {
+      if (handle.key_ == keys_.key<D>()) [[likely]] {
         handle.last_ = recipe_.plan(slot_id{D, handle.slot_.bucket, handle.slot_.index});
         return handle.last_;
       }
@@ -247,43 +222,24 @@ class quantization_manager {
     if constexpr (is_stateful) flush_.request(ticket);
   }
 
-  /// RAII: the enclosed work is one logical backward. Entering the outermost scope marks the update
-  /// pending (every rank joins the collective); inside, requests only mark it pending; the outermost
-  /// exit flushes once (a scope opened inside a backward task leaves that to the task's end). An
-  /// exceptional exit flushes nothing: the update runs at the next top-level autocast entry.
+  /// RAII: the enclosed work is one logical backward, whose update the outermost exit flushes once (an
+  /// exceptional exit: the next top-level autocast entry does). Entering marks the update pending.
   backward_scope_guard backward_scope() {
     flush_.scope_enter();
     return backward_scope_guard(this);
   }
 
-  /// Registers backward_dw-style work (a delayed weight gradient) to run later, inside the scope of
-  /// the logical backward it belongs to. The boundary may refuse where that cannot hold.
-  /// `work` is any callable with no arguments (a lambda, a std::function); it is moved in.
+  /// Registers backward_dw-style work (any callable with no arguments, moved in) to run later, inside
+  /// the scope of the logical backward it belongs to. The boundary may refuse where that cannot hold.
   template <class F>
     requires std::is_invocable_v<std::decay_t<F>&>
   void defer_weight_grad(F&& work) {
-    detail::require(!detail::empty_work(work), "defer_weight_grad: empty function");
-    detail::deferred_item item(std::forward<F>(work));
-    try {
-      flush_.defer();
-    } catch (...) {
-      deferred_.clear();
-      throw;
-    }
-    deferred_.add(std::move(item));
+    deferred_.add(std::forward<F>(work), [this] { flush_.defer(); });
   }
 
   /// Runs the deferred weight-gradient work in registration order, inside backward_scope() (before the
   /// update its exit flushes). After any error nothing stays registered.
-  void run_deferred_weight_grads() {
-    if (flush_.scope_depth() == 0) {
-      deferred_.clear();
-      detail::fail("run_deferred_weight_grads() outside backward_scope(): deferred weight-gradient work belongs to "
-                   "the logical backward; open manager.backward_scope() around the backward() call itself and run "
-                   "the deferred work inside that same scope (the registered work was dropped)");
-    }
-    deferred_.run();
-  }
+  void run_deferred_weight_grads() { deferred_.run(flush_.scope_depth() != 0); }
   std::size_t deferred_weight_grads() const { return deferred_.size(); }
 
   /// Runs the pending backward update now (tests, custom loops). No-op when nothing is pending; on
@@ -294,33 +250,23 @@ class quantization_manager {
 
   // ---- activation recompute ------------------------------------------------------------------------
 
-  /// Opens `frame` for its original forward. Open it where the checkpoint is called, before the engine
-  /// switches gradients off for a reentrant forward: the frame records only when gradients are enabled
-  /// here and `inputs_need_grad`; otherwise it inherits the enclosing context.
+  /// Opens `frame` for its original forward, where the checkpoint is called (before the engine turns
+  /// gradients off): it records only with gradients on here and `inputs_need_grad`.
   frame_guard checkpoint_forward(checkpoint_frame& frame, bool inputs_need_grad = true) {
-    static_assert(recompute_stack<stack_part>,
-                  "tequant: checkpoint_forward() needs a Checkpoint policy that supports recompute "
-                  "(stacked_recompute); this manager's Checkpoint (3rd argument of quantization_manager) has "
-                  "no frame stack (no_recompute)");
-    if constexpr (recompute_stack<stack_part>) {
+    if constexpr (detail::can_checkpoint_forward<stack_part>()) {
       const bool active = grad_enabled() && inputs_need_grad;
       frames_.open_forward(frame, active, enabled_, this);
-      spoil_fast_key();
-      return frame_guard(this, &frame, enabled_, active || !close_ignores_unwinding);
+      keys_.spoil();
+      return frame_guard(this, &frame, enabled_, active || !detail::close_ignores_unwinding<stack_part>);
     } else {
       return frame_guard(this, &frame, enabled_);
     }
   }
 
-  /// Reopens `frame` for its replay: forward casts use exactly what its original forward used, under
-  /// the autocast state it recorded, and record no amax; no forward update runs and nothing is flushed.
-  /// Inside a backward task, the boundary may act first (engine_callback queues on this outer task).
+  /// Reopens `frame` for its replay: forward casts use exactly what its original forward used, record
+  /// no amax; no forward update, no flush (inside a backward task the boundary may act first).
   frame_guard checkpoint_replay(checkpoint_frame& frame) {
-    static_assert(recompute_stack<stack_part>,
-                  "tequant: checkpoint_replay() needs a Checkpoint policy that supports recompute "
-                  "(stacked_recompute); this manager's Checkpoint (3rd argument of quantization_manager) has "
-                  "no frame stack (no_recompute)");
-    if constexpr (recompute_stack<stack_part>) {
+    if constexpr (detail::can_checkpoint_replay<stack_part>()) {
       if constexpr (is_stateful) {
         if constexpr (requires { frames_.require_replayable(frame, this); })
           frames_.require_replayable(frame, this);  // a refused replay queues nothing
@@ -328,8 +274,8 @@ class quantization_manager {
       }
       const bool prev = enabled_;
       enabled_ = frames_.open_replay(frame, this);
-      spoil_fast_key();
-      return frame_guard(this, &frame, prev, !close_ignores_unwinding);  // built in place: no move
+      keys_.spoil();
+      return frame_guard(this, &frame, prev, !detail::close_ignores_unwinding<stack_part>);  // built in place: no move
     } else {
       return frame_guard(this, &frame, enabled_);
     }
@@ -357,9 +303,9 @@ class quantization_manager {
 
   manager_stats stats() const noexcept {
     manager_stats r;
-    r.forward_updates = forward_updates_.load(std::memory_order_relaxed);
-    r.backward_updates = backward_updates_.load(std::memory_order_relaxed);
-    r.collectives = collectives_.load(std::memory_order_relaxed);
+    r.forward_updates = counters_.forward.load(std::memory_order_relaxed);
+    r.backward_updates = counters_.backward.load(std::memory_order_relaxed);
+    r.collectives = counters_.collectives.load(std::memory_order_relaxed);
     r.pending = flush_.pending();
     r.autocast_depth = depth_;
     r.scope_depth = flush_.scope_depth();
@@ -384,14 +330,12 @@ class quantization_manager {
   void exit_autocast(bool enabled, bool prev_enabled, region_memo memo, int uncaught) {
     --depth_;
     enabled_ = prev_enabled;
-    if (!prev_enabled) spoil_fast_key();
+    if (!prev_enabled) keys_.spoil();
     flush_.autocast_exit(memo);
     if constexpr (is_stateful) {
       if (enabled && depth_ == 0 && grad_enabled() && !frames_.in_replay() &&
-          std::uncaught_exceptions() <= (uncaught < 0 ? 0 : uncaught)) {
-        collectives_.fetch_add(recipe_.reduce_and_update(direction::forward, table_, comm_), std::memory_order_relaxed);
-        forward_updates_.fetch_add(1, std::memory_order_relaxed);
-      }
+          std::uncaught_exceptions() <= (uncaught < 0 ? 0 : uncaught))
+        counters_.count(direction::forward, recipe_.reduce_and_update(direction::forward, table_, comm_));
     } else {
       (void)enabled;
       (void)uncaught;
@@ -408,67 +352,13 @@ class quantization_manager {
     enabled_ = prev_enabled;  // (a closing frame leaves the key spoilt since its opening)
   }
 
-  // ---- cast handles: epochs and keys ------------------------------------------------------------------
-  // A handle keeps the recipe's plan, which points into recipe state that a registration or a state
-  // load may move. Each of those starts a new epoch; an epoch's key is the address of a cell this
-  // manager keeps until it dies, so no two epochs of live managers share a key, and a handle's key
-  // equals the manager's only if that manager bound it in its current epoch. Keys are 8-aligned:
-  // key | 1 matches no handle. The forward key is the epoch's only where a forward cast takes the kept
-  // plan as it is (an enabled region, no frame open): whatever may end that (a disabled region, a
-  // frame opening, a new epoch) spoils it, one `or`; the slow path restores it when it holds again,
-  // so closing frames and entering enabled regions cost nothing (the next forward cast goes out of
-  // line once).
+  // ---- the cast path off its common path ------------------------------------------------------------
 
-  static constexpr bool caches_plans = requires { requires recipe_part::stable_plans; };
-
-  void new_epoch() {
-    epoch_cells_.emplace_front(0);
-    epoch_ = reinterpret_cast<std::uintptr_t>(&epoch_cells_.front());
-    forward_key_ = epoch_ | 1u;
-  }
-  void spoil_fast_key() noexcept { forward_key_ |= 1u; }
-  template <direction D>
-  TEQUANT_ALWAYS_INLINE std::uintptr_t fast_key() const noexcept {
-    if constexpr (D == direction::forward) return forward_key_;
-    else return epoch_;
-  }
-  template <direction D>
-  void rebind(cast_handle<D>& h, const char* where) {
-    table_.check_in<D>(h.slot_, where);
-    if constexpr (caches_plans) h.kept_ = recipe_.plan(slot_id{D, h.slot_.bucket, h.slot_.index});
-    h.key_ = epoch_;
-  }
-  // The plan lies in the handle: the kept one (a backward slot of a recipe with stable plans) or the
-  // handle's last_ (what the autocast state and the frames made of it; a recipe's fresh plan).
+  // Out of line, so that plan_cast(handle) inlines as one compare and a return (cast_handle_keys.hpp).
   template <direction D>
   [[gnu::noinline]] const cast_plan& plan_cast_slow(cast_handle<D>& h) {
-    if (h.owner_ != this) [[unlikely]]
-      foreign_handle(D, h.slot_, h.owner_ == nullptr);
-    if (h.key_ != epoch_) rebind(h, "plan_cast");
-    if constexpr (D == direction::forward)
-      if (enabled_ && frames_.empty()) forward_key_ = epoch_;  // the common path holds again
-    const slot_id s{D, h.slot_.bucket, h.slot_.index};
-    if constexpr (D == direction::backward && caches_plans) {
-      return h.kept_;
-    } else {
-      cast_plan& plan = h.last_;
-      if constexpr (caches_plans) plan = h.kept_;
-      else plan = recipe_.plan(s);
-      if constexpr (D == direction::forward) {
-        if (!enabled_) [[unlikely]] {
-          plan.enabled = false;
-          plan.amax = nullptr;
-        } else if (!frames_.empty()) {
-          plan = in_frames(s, plan);
-        }
-      }
-      return plan;
-    }
-  }
-  [[noreturn, gnu::noinline, gnu::cold]] static void foreign_handle(direction d, slot_id s, bool unbound) {
-    detail::fail("plan_cast: a ", to_string(d), " cast handle (bucket ", s.bucket, ", index ", s.index, ") ",
-                 unbound ? "that no manager bound (default-constructed)" : "that another manager bound",
-                 "; bind it with this manager's bind()");
+    return keys_.plan_cast_slow(h, this, table_, recipe_, enabled_, !frames_.empty(),
+                                [this](slot_id s, const cast_plan& p) { return in_frames(s, p); });
   }
   // What the frames make of a forward plan (both plan_cast overloads). Returned as it comes (no copy
   // of the 64-byte plan through a local).
@@ -477,25 +367,11 @@ class quantization_manager {
                                 [this](slot_id x) { return table_.describe(x); });
   }
 
-  // Whether the frame stack's close() ignores `unwinding` except for recording frames (stacked_recompute's
-  // does): then guards of replays and inactive frames need not ask std::uncaught_exceptions().
-  static constexpr bool close_ignores_unwinding =
-      requires { requires stack_part::unwinding_matters_only_when_recording; };
-
-  // (A part that failed its check has reported already: nothing more is asked of it.)
-  static params_type validated(params_type p) {
-    if constexpr (valid_recipe) Recipe::validate(p);
-    return p;
-  }
-
   // What flush_control runs when it flushes: the recipe's reduce-and-update of the backward buckets.
   static void run_backward_update_thunk(void* self) {
     auto& m = *static_cast<quantization_manager*>(self);
-    if constexpr (is_stateful) {
-      m.collectives_.fetch_add(m.recipe_.reduce_and_update(direction::backward, m.table_, m.comm_),
-                               std::memory_order_relaxed);
-      m.backward_updates_.fetch_add(1, std::memory_order_relaxed);
-    }
+    if constexpr (is_stateful)
+      m.counters_.count(direction::backward, m.recipe_.reduce_and_update(direction::backward, m.table_, m.comm_));
   }
 
   detail::slot_table table_;
@@ -503,17 +379,13 @@ class quantization_manager {
   flush_part flush_;
   TEQUANT_NO_UNIQUE_ADDRESS stack_part frames_;
   detail::deferred_work deferred_;
-  std::atomic<std::uint64_t> forward_updates_{0}, backward_updates_{0}, collectives_{0};
+  detail::update_counters counters_;
   std::uint32_t depth_ = 0;  // autocast nesting
   bool grad_ = true;
   bool enabled_ = false;  // innermost autocast region is enabled
   TEQUANT_NO_UNIQUE_ADDRESS Comm comm_;
   TEQUANT_NO_UNIQUE_ADDRESS std::conditional_t<valid_backend, Backend, detail::invalid_part> backend_;
-  // Cast handles (above): the cells whose addresses are the epochs' keys; before any registration the
-  // key is this list's own address (no cell has it).
-  std::forward_list<std::uint64_t> epoch_cells_;
-  std::uintptr_t epoch_ = reinterpret_cast<std::uintptr_t>(&epoch_cells_);
-  std::uintptr_t forward_key_ = epoch_ | 1u;  // enabled_ is false
+  detail::cast_handle_keys keys_;
 };
 
 }  // namespace tequant

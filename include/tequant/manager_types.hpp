@@ -38,6 +38,9 @@ struct slot_id {
 
 template <class Recipe, class Boundary, class Checkpoint, class Comm, class Backend>
 class quantization_manager;
+namespace detail {
+class cast_handle_keys;
+}  // namespace detail
 
 /// One slot bound to one manager for casting (quantization_manager::bind): what plan_cast needs on its
 /// common path, kept with the module, and the plan plan_cast(handle) returns by reference (valid until
@@ -56,7 +59,8 @@ class cast_handle {
 
  private:
   template <class, class, class, class, class>
-  friend class quantization_manager;
+  friend class quantization_manager;  // the common path reads the key and the kept plan
+  friend class detail::cast_handle_keys;  // binds, and re-binds off the common path
   // kept_ first: the common path returns its address, the handle's own (no extra add per cast).
   cast_plan kept_{};        // the recipe's plan at binding (recipes whose plans are stable)
   std::uintptr_t key_ = 0;  // the manager's epoch at binding (0: never bound)

@@ -48,13 +48,34 @@ bool empty_work(const F& work) noexcept {
 /// backward failed must not leak into the next one.
 class deferred_work {
  public:
+  /// Registers `work` once `admit()` returns (the boundary may refuse: then nothing stays registered).
+  /// An empty callable is refused before anything changes.
+  template <class F, class Admit>
+  void add(F&& work, Admit&& admit) {
+    require(!empty_work(work), "defer_weight_grad: empty function");
+    deferred_item item(std::forward<F>(work));
+    try {
+      admit();
+    } catch (...) {
+      clear();
+      throw;
+    }
+    add(std::move(item));
+  }
   void add(deferred_item work) {
     std::lock_guard<std::mutex> lock(mutex_);
     work_.push_back(std::move(work));
   }
 
-  /// Runs the items in registration order; if one throws, the rest are dropped and it propagates.
-  void run() {
+  /// Runs the items in registration order, only `in_scope` (inside the backward scope they belong
+  /// to; outside, they are dropped and it throws); if one throws, the rest are dropped and it propagates.
+  void run(bool in_scope) {
+    if (!in_scope) {
+      clear();
+      fail("run_deferred_weight_grads() outside backward_scope(): deferred weight-gradient work belongs to "
+           "the logical backward; open manager.backward_scope() around the backward() call itself and run "
+           "the deferred work inside that same scope (the registered work was dropped)");
+    }
     std::vector<deferred_item> work;
     {
       std::lock_guard<std::mutex> lock(mutex_);

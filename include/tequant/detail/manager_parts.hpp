@@ -1,11 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 // What each policy becomes inside quantization_manager: the recipe's bucket states, the boundary's
 // flush_control, the checkpoint policy's frame stack; or, after a failed policy check, an inert
-// stand-in, so that the user sees one `tequant:` static_assert per wrong policy and not a cascade.
+// stand-in, so that the user sees one `tequant:` static_assert per wrong policy and not a cascade;
+// and the small questions the manager asks of a part before it sequences it.
 #pragma once
+#include <atomic>
+#include <concepts>
+#include <cstdint>
+
 #include "tequant/boundary/concepts.hpp"
 #include "tequant/boundary/flush_control.hpp"
 #include "tequant/checkpoint/concepts.hpp"
+#include "tequant/error.hpp"
+#include "tequant/format/formats.hpp"
+#include "tequant/manager_types.hpp"
 #include "tequant/recipe/bucket_states.hpp"
 #include "tequant/recipe/concepts.hpp"
 
@@ -58,5 +66,57 @@ template <class C, class B>
 struct stack_part_of<true, C, B> {
   using type = typename C::template stack_for<B>;
 };
+
+// The recipe's params as it validates them (a recipe that failed its check has reported already:
+// nothing more is asked of it).
+template <bool Valid, class R, class Params>
+Params validated(Params p) {
+  if constexpr (Valid) R::validate(p);
+  return p;
+}
+
+// Whether the frame stack's close() ignores `unwinding` except for recording frames (stacked_recompute's
+// does): then guards of replays and inactive frames need not ask std::uncaught_exceptions().
+template <class Stack>
+inline constexpr bool close_ignores_unwinding = requires { requires Stack::unwinding_matters_only_when_recording; };
+
+// checkpoint_forward() / checkpoint_replay() need a frame stack that recomputes: where it does not, one
+// `tequant:` error each, and the manager's `if constexpr` on the answer builds nothing more (no cascade).
+template <class Stack>
+constexpr bool can_checkpoint_forward() {
+  static_assert(recompute_stack<Stack>,
+                "tequant: checkpoint_forward() needs a Checkpoint policy that supports recompute "
+                "(stacked_recompute); this manager's Checkpoint (3rd argument of quantization_manager) has "
+                "no frame stack (no_recompute)");
+  return recompute_stack<Stack>;
+}
+template <class Stack>
+constexpr bool can_checkpoint_replay() {
+  static_assert(recompute_stack<Stack>,
+                "tequant: checkpoint_replay() needs a Checkpoint policy that supports recompute "
+                "(stacked_recompute); this manager's Checkpoint (3rd argument of quantization_manager) has "
+                "no frame stack (no_recompute)");
+  return recompute_stack<Stack>;
+}
+
+// What stats() reports of the updates (stats() loads the fields itself: a helper that filled the
+// struct through a reference changed how the training step inlined). Counted where the updates run, a
+// backward one possibly on an engine's thread while the training thread reads.
+struct update_counters {
+  std::atomic<std::uint64_t> forward{0}, backward{0}, collectives{0};
+  void count(direction d, std::uint64_t collectives_issued) noexcept {
+    collectives.fetch_add(collectives_issued, std::memory_order_relaxed);
+    (d == direction::forward ? forward : backward).fetch_add(1, std::memory_order_relaxed);
+  }
+};
+
+// A module's reduction groups must exist in a comm that has several (one that cannot say has one).
+template <class Comm, class Name>
+void check_groups(const Comm& comm, reduction_groups groups, const Name& name) {
+  if constexpr (requires(const Comm& c) { { c.groups() } -> std::convertible_to<std::uint32_t>; })
+    require(groups.forward < comm.groups() && groups.backward < comm.groups(), "register_module('", name,
+            "'): reduction groups (forward ", groups.forward, ", backward ", groups.backward,
+            ") must be below the communicator's ", comm.groups(), " groups");
+}
 
 }  // namespace tequant::detail

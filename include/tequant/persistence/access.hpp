@@ -26,14 +26,14 @@ struct manager_access {
   /// A new cast-handle epoch (may throw; before a load commits): the loaded state moves what handles keep.
   template <class M>
   static void new_epoch(M& m) {
-    m.new_epoch();
+    m.keys_.new_epoch();
   }
   /// Counters and the pending flag as a state file holds them (between steps: nothing else runs).
   template <class M>
   static void restore(M& m, const std::uint64_t (&counters)[3], bool pending) noexcept {
-    m.forward_updates_.store(counters[0]);
-    m.backward_updates_.store(counters[1]);
-    m.collectives_.store(counters[2]);
+    m.counters_.forward.store(counters[0]);
+    m.counters_.backward.store(counters[1]);
+    m.counters_.collectives.store(counters[2]);
     m.flush_.restore_pending(pending);
   }
 
