@@ -12,7 +12,8 @@
 // enabled regions cost nothing (the next forward cast goes out of line once).
 #pragma once
 #include <cstdint>
-#include <forward_list>
+#include <memory>
+#include <vector>
 
 #include "tequant/cast_plan.hpp"
 #include "tequant/config.hpp"
@@ -35,8 +36,10 @@ class cast_handle_keys {
 
   /// Call it before whatever moves the recipe state: it allocates (may throw) while nothing has moved.
   void new_epoch() {
-    cells_.emplace_front(0);
-    epoch_ = reinterpret_cast<std::uintptr_t>(&cells_.front());
+    // Heap cells never move and live as long as this part, so their addresses stay unique keys; the
+    // key changes only once the cell is kept (a failed push_back frees it, the epoch stays).
+    cells_.push_back(std::make_unique<std::uint64_t>(0));
+    epoch_ = reinterpret_cast<std::uintptr_t>(cells_.back().get());
     forward_ = epoch_ | 1u;
   }
   void spoil() noexcept { forward_ |= 1u; }
@@ -107,7 +110,7 @@ class cast_handle_keys {
          "; bind it with this manager's bind()");
   }
 
-  std::forward_list<std::uint64_t> cells_;
+  std::vector<std::unique_ptr<std::uint64_t>> cells_;
   // Before the first epoch the key is the list's own address (no cell has it).
   std::uintptr_t epoch_ = reinterpret_cast<std::uintptr_t>(&cells_);
   std::uintptr_t forward_ = epoch_ | 1u;  // the manager starts outside any enabled region
