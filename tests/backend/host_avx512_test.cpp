@@ -47,7 +47,7 @@ std::vector<float> test_scales(std::mt19937& rng) {
 
 template <fp8_dtype D>
 void check_scale_encode(const std::vector<bf16>& x, std::size_t off, std::size_t n, float s, std::size_t out_off) {
-  std::vector<std::uint8_t> got(n + out_off + 1, 0xAB), want(n, 0);
+  std::vector<std::uint8_t> got(n + out_off + 1, 0xAB), want(n + 1, 0);  // + 1: memcmp needs data() != nullptr at n = 0
   std::uint32_t bits = 0;
   detail::scale_encode_host<D>(x.data() + off, n, s, got.data() + out_off, &bits);
   const std::uint32_t want_bits = detail::scale_encode_scalar<D>(x.data() + off, n, s, want.data(), true);
