@@ -21,6 +21,7 @@
 #include "tequant/recipe/delayed.hpp"
 #include "tequant/recipe/mxfp8.hpp"
 #include "tequant/recipe/nvfp4.hpp"
+#include "plan_compare.hpp"
 
 namespace {
 
@@ -74,20 +75,6 @@ seen meaning(const cast_plan& p) {
           p.rng_seed};
 }
 
-void check_identical(const cast_plan& a, const cast_plan& b) {
-  CHECK(a.scale == b.scale);
-  CHECK(a.amax == b.amax);
-  CHECK(a.dtype == b.dtype);
-  CHECK(a.mode == b.mode);
-  CHECK(a.enabled == b.enabled);
-  CHECK(a.tile_2d == b.tile_2d);
-  CHECK(a.power_2_scale == b.power_2_scale);
-  CHECK(bits(a.amax_epsilon) == bits(b.amax_epsilon));
-  CHECK(a.rng_offset == b.rng_offset);
-  CHECK(a.rng_seed == b.rng_seed);
-  CHECK(a.columnwise_rht == b.columnwise_rht);
-}
-
 enum class path { slot_ids, handles, both };
 
 /// One manager driven through a fixed script; every cast's plan goes to `log`, then the cast's
@@ -122,7 +109,7 @@ struct script {
       p = m.plan_cast(h.slot());
     } else {
       p = m.plan_cast(h);
-      if (how == path::both) check_identical(p, m.plan_cast(h.slot()));
+      if (how == path::both) tequant_test::check_same_plan(p, m.plan_cast(h.slot()));
     }
     log.push_back(meaning(p));
     if (p.amax != nullptr) *p.amax = std::max(*p.amax, synthetic);
@@ -291,7 +278,7 @@ TEST_CASE("a cast handle re-binds after a state load: the loaded state, not the 
   tequant::load_state(s.m, saved);
   auto ac = s.m.autocast();
   const cast_plan& after = s.m.plan_cast(s.fh[1][k]);
-  check_identical(after, s.m.plan_cast(slot));
+  tequant_test::check_same_plan(after, s.m.plan_cast(slot));
   CHECK(after.scale - k != old_memory);  // the loaded bucket's memory
   CHECK(bits(*after.scale) == bits(saved_scale));
 }

@@ -25,6 +25,7 @@
 
 #include "tequant/checkpoint/frame.hpp"
 #include "tequant/manager_types.hpp"
+#include "plan_compare.hpp"
 
 namespace tq_test {
 
@@ -358,17 +359,7 @@ struct fp8_linear {
     const tequant::cast_plan p = m->plan_cast(handle);
     if (path == plan_path::both) {
       const tequant::cast_plan q = m->plan_cast(handle.slot());
-      CHECK(p.scale == q.scale);
-      CHECK(p.amax == q.amax);
-      CHECK(p.dtype == q.dtype);
-      CHECK(p.mode == q.mode);
-      CHECK(p.enabled == q.enabled);
-      CHECK(p.tile_2d == q.tile_2d);
-      CHECK(p.power_2_scale == q.power_2_scale);
-      CHECK(p.amax_epsilon == q.amax_epsilon);
-      CHECK(p.rng_offset == q.rng_offset);
-      CHECK(p.rng_seed == q.rng_seed);
-      CHECK(p.columnwise_rht == q.columnwise_rht);
+      tequant_test::check_same_plan(p, q);
     }
     return p;
   }

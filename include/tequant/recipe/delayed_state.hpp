@@ -563,8 +563,8 @@ inline void delayed_suffix_update16(const delayed_bucket_view& v, std::uint32_t 
                                             _mm512_set1_epi32(static_cast<int>(L)));
   {  // slots whose window storage is not in suffix form yet (rare: the first update, after a deque)
     const __m512i ws = _mm512_loadu_si512(v.window_size + j);
-    std::uint32_t todo = _mm512_cmpneq_epu32_mask(ws, _mm512_set1_epi32(static_cast<int>(window_suffix)));
-    for (; todo != 0; todo &= todo - 1) build_window_suffix(v, j + static_cast<std::uint32_t>(__builtin_ctz(todo)));
+    std::uint32_t unbuilt = _mm512_cmpneq_epu32_mask(ws, _mm512_set1_epi32(static_cast<int>(window_suffix)));
+    for (; unbuilt != 0; unbuilt &= unbuilt - 1) build_window_suffix(v, j + static_cast<std::uint32_t>(__builtin_ctz(unbuilt)));
   }
   {  // the two lines a later group will touch, on pages of their own (the first touch is a TLB miss)
     constexpr std::uint32_t ahead = 32;
