@@ -172,6 +172,70 @@ TEST_CASE("a failing flush at the backward scope's exit keeps the update pending
   r.check_next_steps_normal();
 }
 
+TEST_CASE("checkpoint guards closed out of LIFO order, also while unwinding, leave consistent frames") {
+  rig<tequant::autocast_entry> r;
+  using guard = rig<tequant::autocast_entry>::manager::frame_guard;
+  const tequant::slot_id s0 = r.m.slot(r.model.h[0], tequant::forward_role::input);
+  const tequant::slot_id s1 = r.m.slot(r.model.h[1], tequant::forward_role::input);
+  const float scale0 = r.m.scale(s0), scale1 = r.m.scale(s1);
+  // Outer frame a, inner frame b; a's guard dies first (a guard kept in an optional by a user's
+  // layer). Each frame must still hold the snapshot of its own casts.
+  tequant::checkpoint_frame a("a"), b("b");
+  {
+    auto ac = r.m.autocast();
+    std::optional<guard> ga, gb;
+    ga.emplace(r.m.checkpoint_forward(a));
+    CHECK(r.m.plan_cast(s0).scale != nullptr);
+    gb.emplace(r.m.checkpoint_forward(b));
+    CHECK(r.m.plan_cast(s1).scale != nullptr);
+    CHECK(r.m.stats().checkpoint_depth == 2);
+    ga.reset();
+    CHECK(r.m.stats().checkpoint_depth == 1);
+    gb.reset();
+    CHECK(r.m.stats().checkpoint_depth == 0);
+    CHECK(r.m.stats().outstanding_snapshots == 2);
+    auto no_update = r.m.grad_mode(false);  // the region's exit runs no forward update
+  }
+  // The live scales move (a forward update of large amaxes); each replay must cast with what its own
+  // frame recorded.
+  {
+    auto ac = r.m.autocast();
+    *r.m.plan_cast(s0).amax = 1000.0f;
+    *r.m.plan_cast(s1).amax = 1000.0f;
+  }
+  REQUIRE(r.m.scale(s0) != scale0);
+  REQUIRE(r.m.scale(s1) != scale1);
+  {
+    auto rb = r.m.checkpoint_replay(b);
+    CHECK(*r.m.plan_cast(s1).scale == scale1);
+    CHECK(r.m.plan_cast(s1).amax == nullptr);
+  }
+  {
+    auto ra = r.m.checkpoint_replay(a);
+    CHECK(*r.m.plan_cast(s0).scale == scale0);
+  }
+  CHECK(r.m.stats().outstanding_snapshots == 0);
+
+  // The same misuse while an exception unwinds: both recordings are dropped (an unwound forward has
+  // no replay), nothing stays open, and the next steps are normal.
+  tequant::checkpoint_frame c("c"), d("d");
+  try {
+    auto ac = r.m.autocast();
+    std::optional<guard> gd;  // declared first, so destroyed last: out of LIFO order
+    std::optional<guard> gc;
+    gc.emplace(r.m.checkpoint_forward(c));
+    (void)r.m.plan_cast(s0);
+    gd.emplace(r.m.checkpoint_forward(d));
+    (void)r.m.plan_cast(s1);
+    throw rel::fault_error{};
+  } catch (const rel::fault_error&) {
+  }
+  r.check_quiet();
+  CHECK_TEQUANT_ERROR((void)r.m.checkpoint_replay(c), "'c' has no snapshot");
+  CHECK_TEQUANT_ERROR((void)r.m.checkpoint_replay(d), "'d' has no snapshot");
+  r.check_next_steps_normal();
+}
+
 TEST_CASE("misuse raises tequant errors and leaves the state bit-identical (strong guarantee)") {
   rig<tequant::explicit_scope> r;
   const auto before = tequant::state_bytes(r.m);
