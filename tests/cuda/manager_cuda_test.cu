@@ -76,6 +76,10 @@ struct rig {
   Backend be;
   manager m;
   tequant::module_handle a, b, c;
+  // b's casts go through cast handles (bound before c registers, so they re-bind once), the rest
+  // through slot ids: both paths on both backends.
+  tequant::forward_cast_handle hb_in, hb_w;
+  tequant::backward_cast_handle hb_go;
   bool c_registered = false;
   tequant::checkpoint_frame frame{"block b+c"};
   std::vector<buf<float>> in;
@@ -86,6 +90,9 @@ struct rig {
   explicit rig(Backend backend) : be(backend), m(tequant::delayed_params{tequant::fp8_format::hybrid, 4, 0, true}, {}, {}, backend) {
     a = m.register_module("a");
     b = m.register_module("b");
+    hb_in = m.bind(b, forward_role::input);
+    hb_w = m.bind(b, forward_role::weight);
+    hb_go = m.bind(b, backward_role::grad_output);
     for (int i = 0; i < input_count; ++i) in.push_back(be.template make_buffer<float>(input_size(i)));
     for (int k = 0; k < cast_count; ++k) out.push_back(be.template make_buffer<std::uint8_t>(input_size(input_of(k))));
     inv = be.template make_buffer<float>(cast_count);
@@ -95,8 +102,12 @@ struct rig {
     for (int i = 0; i < input_count; ++i) be.upload(in[i].data(), x[i].data(), x[i].size());
   }
 
-  void cast(int k, tequant::slot_id s) {
-    const tequant::cast_plan p = m.plan_cast(s);
+  void cast(int k, tequant::slot_id s) { cast_with(k, m.plan_cast(s)); }
+  template <tequant::direction D>
+  void cast(int k, tequant::cast_handle<D>& h) {
+    cast_with(k, m.plan_cast(h));
+  }
+  void cast_with(int k, const tequant::cast_plan& p) {
     const int i = input_of(k);
     be.quantize_tensor(in[i].data(), input_size(i), p.scale, p.dtype, out[k].data(), inv.data() + k, p.amax);
   }
@@ -117,8 +128,8 @@ struct rig {
       {
         auto g = m.checkpoint_forward(frame);
         (void)m.module_forward(b);
-        cast(b_in, m.slot(b, forward_role::input));
-        cast(b_w, m.slot(b, forward_role::weight));
+        cast(b_in, hb_in);
+        cast(b_w, hb_w);
         if (!c_registered) {  // the first forward registers c, after the frame's first snapshot
           c = m.register_module("c", 3);
           c_registered = true;
@@ -136,8 +147,8 @@ struct rig {
       auto scope = m.backward_scope();
       {
         auto r = m.checkpoint_replay(frame);
-        cast(rb_in, m.slot(b, forward_role::input));
-        cast(rb_w, m.slot(b, forward_role::weight));
+        cast(rb_in, hb_in);
+        cast(rb_w, hb_w);
         for (std::uint32_t g3 = 0; g3 < 3; ++g3) {
           cast(rc_in0 + 2 * static_cast<int>(g3), m.slot(c, forward_role::input, g3));
           cast(rc_w0 + 2 * static_cast<int>(g3), m.slot(c, forward_role::weight, g3));
@@ -145,7 +156,7 @@ struct rig {
       }
       for (std::uint32_t g3 = 0; g3 < 3; ++g3) cast(c_go0 + static_cast<int>(g3), m.slot(c, backward_role::grad_output, g3));
       m.request_backward_update();
-      cast(b_go, m.slot(b, backward_role::grad_output));
+      cast(b_go, hb_go);
       cast(b_gi, m.slot(b, backward_role::grad_input));
       m.request_backward_update();
       cast(a_go, m.slot(a, backward_role::grad_output));
