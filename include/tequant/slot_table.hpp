@@ -56,6 +56,7 @@ class slot_table {
       bad_module(m, where);
     return modules_[m.index];
   }
+  template <class = void>  // instantiated where used: a TU that never calls it does not pay for it
   const bucket_info& bucket(std::uint32_t b) const {
     require(b < buckets_.size(), "bucket: index ", b, " out of range (", buckets_.size(), " buckets)");
     return buckets_[b];
@@ -172,6 +173,7 @@ class slot_table {
   }
 
   /// "'module'.role[gemm N]", for messages.
+  template <class = void>  // instantiated where used: a TU that never calls it does not pay for it
   std::string describe(slot_id s) const {
     const std::uint64_t owner = buckets_[s.bucket].owners[s.index];
     if (owner == unowned) return "(a slot of a module whose registration failed)";
@@ -190,6 +192,7 @@ class slot_table {
   }
 
   /// What this rank believes the bucket of (dir, group) holds (comm/layout.hpp), or count 0.
+  template <class = void>  // instantiated where used: a TU that never calls it does not pay for it
   std::size_t signature(direction dir, std::uint32_t group, bucket_signature& sig, std::string& name) const {
     const std::uint32_t b = find(dir, group);
     if (b == buckets_.size() || buckets_[b].slots == 0) return 0;
@@ -205,6 +208,7 @@ class slot_table {
 
   /// The modules (name, GEMMs, groups) in order; the buckets follow from them by the rule above, and
   /// their table is written too so that a reader can check both agree.
+  template <class = void>  // instantiated where used: a TU that never calls it does not pay for it
   void save(byte_writer& w) const {
     w.u32(static_cast<std::uint32_t>(modules_.size()));
     for (const module_info& m : modules_) {
@@ -223,6 +227,7 @@ class slot_table {
 
   /// Reads what save() wrote and rebuilds the table by registering its modules in order (the one
   /// bucket rule); a bucket table that disagrees with that is malformed.
+  template <class = void>  // instantiated where used: a TU that never calls it does not pay for it
   static slot_table load(byte_reader& r) {
     slot_table t;
     const std::size_t n = r.count("module count", 16);
@@ -254,6 +259,7 @@ class slot_table {
 
   /// Whether `other` registered the same modules (names, GEMM counts, groups) in the same order;
   /// otherwise a message naming the first difference.
+  template <class = void>  // instantiated where used: a TU that never calls it does not pay for it
   std::string layout_difference(const slot_table& other) const {
     if (modules_.size() != other.modules_.size())
       return "the file has " + std::to_string(other.modules_.size()) + " modules, this manager registered " +
@@ -283,6 +289,7 @@ class slot_table {
   }
 
  private:
+  template <class = void>  // instantiated where used: a TU that never calls it does not pay for it
   static void check_gemm(const module_info& info, std::uint32_t gemm) {
     require(gemm < info.num_gemms, "slot: module '", info.name, "' has ", info.num_gemms, " GEMMs, asked for ", gemm);
   }

@@ -36,6 +36,7 @@ class byte_writer {
   }
   void i32(std::int32_t v) { u32(static_cast<std::uint32_t>(v)); }
   void f32(float v) { u32(float_bits(v)); }  // bit pattern: NaN payloads and -0 survive
+  template <class = void>  // instantiated where used: a TU that saves or loads nothing does not pay for it
   void str(std::string_view s) {
     u32(static_cast<std::uint32_t>(s.size()));
     out_.insert(out_.end(), s.begin(), s.end());
@@ -58,6 +59,7 @@ class byte_writer {
     }
   }
   void reserve(std::size_t n) { out_.reserve(n); }
+  template <class = void>  // instantiated where used: a TU that saves or loads nothing does not pay for it
   void raw(std::span<const std::uint8_t> b) { out_.insert(out_.end(), b.begin(), b.end()); }
   std::vector<std::uint8_t>& bytes() noexcept { return out_; }
 
@@ -86,11 +88,13 @@ class byte_reader {
   }
   std::int32_t i32() { return static_cast<std::int32_t>(u32()); }
   float f32() { return bits_float(u32()); }
+  template <class = void>  // instantiated where used: a TU that saves or loads nothing does not pay for it
   bool boolean(const char* field) {
     const std::uint8_t v = u8();
     if (v > 1) malformed(field, " is ", static_cast<unsigned>(v), ", not 0 or 1");
     return v == 1;
   }
+  template <class = void>  // instantiated where used: a TU that saves or loads nothing does not pay for it
   std::string str(const char* field) {
     const std::uint32_t n = u32();
     if (n > remaining()) malformed(field, " claims ", n, " bytes, only ", remaining(), " remain");
@@ -99,6 +103,7 @@ class byte_reader {
   }
   /// Count of items of `item_bytes` each that must still fit in the payload (so a forged count
   /// cannot make the loader allocate more than the file holds).
+  template <class = void>  // instantiated where used: a TU that saves or loads nothing does not pay for it
   std::size_t count(const char* field, std::size_t item_bytes) {
     const std::uint32_t n = u32();
     if (item_bytes != 0 && n > remaining() / item_bytes)
@@ -121,6 +126,7 @@ class byte_reader {
   /// A reader over the next n bytes (the caller checked they remain); this one moves past them.
   byte_reader sub(std::size_t n) { return byte_reader(take(n), where_); }
   /// Bytes left over after a structure that should have been consumed whole are malformed.
+  template <class = void>  // instantiated where used: a TU that saves or loads nothing does not pay for it
   void expect_end(const char* what) const {
     if (!at_end()) malformed(remaining(), " bytes left after the last field of the ", what);
   }
@@ -134,6 +140,7 @@ class byte_reader {
   }
 
  private:
+  template <class = void>  // instantiated where used: a TU that saves or loads nothing does not pay for it
   std::span<const std::uint8_t> take(std::size_t n) {
     if (n > remaining()) malformed("needs ", n, " more bytes at offset ", pos_, ", only ", remaining(), " remain");
     const auto r = in_.subspan(pos_, n);
