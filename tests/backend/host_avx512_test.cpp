@@ -2,7 +2,8 @@
 // The AVX-512 bf16 casts (detail::avx512, chosen at run time where the CPU has AVX-512 F/BW/VL/DQ/VBMI)
 // against the portable loops: every bf16 bit pattern times many scales (the scales that fall back to the
 // AVX2 kernels included), the amax pass, tails and misaligned pointers, the streaming path, and MXFP8 rows with inf,
-// NaN and zero blocks. Compiled twice: default flags (run-time dispatch) and -march=native (the AVX-512
+// NaN and zero blocks; the MXFP8 columnwise kernels of fp32 and bf16 (AVX-512 and AVX2 each called
+// directly, and through the dispatch) with such column blocks, several chunks and misaligned outputs. Compiled twice: default flags (run-time dispatch) and -march=native (the AVX-512
 // kernels called directly where the build targets them). Elsewhere it checks the AVX2 or portable path.
 #include <doctest/doctest.h>
 

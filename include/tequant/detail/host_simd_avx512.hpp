@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The AVX-512 bf16 host kernels (x86 with g++/clang, chosen at run time by host_simd.hpp); the
-// cases they leave (scales that are not finite and > 0, MXFP8 blocks with code 254) go to the AVX2 ones.
+// The AVX-512 bf16 host kernels and the MXFP8 columnwise kernel of fp32 and bf16 (x86 with g++/clang,
+// chosen at run time by host_simd.hpp); the cases the bf16 casts leave (scales that are not finite
+// and > 0, rowwise MXFP8 blocks with code 254) go to the AVX2 ones.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -276,12 +277,12 @@ inline constexpr std::size_t mxfp8_columnwise_chunk = 4096;
 /// mxfp8_columnwise_chunk): codes at data (row stride K), E8M0 codes at scale[0, W). Two passes, each
 /// reading whole rows in order (what the hardware prefetcher follows): the column amaxes (NaN-skipping
 /// float maxima, kept in mult), then the cast from L2 with the per-column multipliers. While it casts,
-/// the next chunk (next_w columns of 32 rows at next, row stride K; next_w = 0: none) is prefetched
-/// into L2 (T1; T0 measured slower: it evicts mult from L1), so the next amax pass reads from L2 and the
-/// memory reads overlap the cast. Measured (bench_quantize, 64 MiB, K = 4096): the avx2 kernel's 256-byte
-/// column groups (the amax, then the cast of the same group) reread lines that 32 rows a multiple of
-/// 4 KiB apart evict from L1 (they share its sets); without the prefetch this kernel waits for memory in
-/// its amax pass and for the FPU in its cast pass, in turns.
+/// the next chunk (its first min(W, next_w) columns of 32 rows at next, row stride K; next_w = 0: none)
+/// is prefetched into L2 (T1; T0 measured much slower, presumably evicting mult from L1), so the next
+/// amax pass reads from L2 and the memory reads overlap the cast (without the prefetch this kernel
+/// waits for memory in its amax pass and for the FPU in its cast pass, in turns). The avx2 kernel's
+/// 256-byte column groups (the amax, then the cast of the same group) reread lines that the 32 rows,
+/// a multiple of 4 KiB apart, evict from L1 (they share its sets). docs/benchmarks.md has the figures.
 template <fp8_dtype D, bool Stream>
 TEQUANT_TARGET_AVX512 inline void mxfp8_columnwise_rows(const float* x, std::size_t K, std::size_t W, std::uint8_t* data,
                                                         std::uint8_t* scale, const float* next, std::size_t next_w) noexcept {
@@ -328,7 +329,8 @@ TEQUANT_TARGET_AVX512 inline void mxfp8_columnwise_rows(const bf16* x, std::size
   for (std::size_t c = 0; c < W; c += 32) _mm512_store_si512(keys + c, _mm512_setzero_si512());
   for (std::size_t r = 0; r < 32; ++r) {
     const bf16* p = x + r * K;
-    for (std::size_t c = 0; c < W; c += 32) _mm512_store_si512(keys + c, max_keys16(_mm512_load_si512(keys + c), _mm512_loadu_si512(p + c)));
+    for (std::size_t c = 0; c < W; c += 32)
+      _mm512_store_si512(keys + c, max_keys16(_mm512_load_si512(keys + c), _mm512_loadu_si512(p + c)));
   }
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
@@ -360,11 +362,13 @@ TEQUANT_TARGET_AVX512 inline void mxfp8_columnwise_rows(const bf16* x, std::size
     if (!any_zero) {
       for (std::size_t c = 0; c < W; c += 32) {
         if (c < next_w) _mm_prefetch(pf + c * 2, _MM_HINT_T1);
-        store32<Stream>(out + c, encode32<D, false>(_mm512_loadu_si512(p + c), _mm512_load_ps(mult + c), _mm512_load_ps(mult + c + 16), unused));
+        store32<Stream>(out + c,
+                        encode32<D, false>(_mm512_loadu_si512(p + c), _mm512_load_ps(mult + c), _mm512_load_ps(mult + c + 16), unused));
       }
       continue;
     }
     for (std::size_t c = 0; c < W; c += 32) {
+      if (c < next_w) _mm_prefetch(pf + c * 2, _MM_HINT_T1);
       const __m512i a = _mm512_loadu_si512(p + c);
       if ((zero_mult[c / 1024] >> (c / 32 % 32)) & 1u) {
         const __m512 ev = _mm512_castsi512_ps(_mm512_slli_epi32(a, 16));
