@@ -71,8 +71,11 @@ class snapshot_buffer final : public snapshot_storage {
   const void* owner_;
 };
 
+// A slot's key in a frame's snapshot (any one-to-one map of (bucket, index) serves). Index high,
+// bucket low: the pair as it lies in a slot_id, so the cast path forms it from the register it loaded
+// the pair into (one move; the other order took a shift and an or per forward cast).
 constexpr std::uint64_t frame_key(slot_id s) noexcept {
-  return (static_cast<std::uint64_t>(s.bucket) << 32) | s.index;
+  return (static_cast<std::uint64_t>(s.index) << 32) | s.bucket;
 }
 
 }  // namespace detail
