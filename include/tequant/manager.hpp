@@ -141,7 +141,10 @@ class quantization_manager {
     autocast_region r(this, enabled, enabled_, flush_.autocast_enter(depth_), watch ? std::uncaught_exceptions() : -1);
     enabled_ = enabled;
     ++depth_;
-    if (!enabled) keys_.spoil();
+    if (!enabled)
+      keys_.spoil();
+    else if (frames_.empty())
+      keys_.restore();  // forward handles' common path holds: the first cast need not go out of line
     return r;
   }
 
