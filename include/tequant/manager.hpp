@@ -20,7 +20,6 @@
 #include "tequant/config.hpp"
 #include "tequant/detail/cast_handle_keys.hpp"
 #include "tequant/detail/manager_parts.hpp"
-#include "tequant/detail/slot_cast.hpp"
 #include "tequant/error.hpp"
 #include "tequant/guards.hpp"
 #include "tequant/manager_types.hpp"
@@ -141,10 +140,7 @@ class quantization_manager {
     autocast_region r(this, enabled, enabled_, flush_.autocast_enter(depth_), watch ? std::uncaught_exceptions() : -1);
     enabled_ = enabled;
     ++depth_;
-    if (!enabled)
-      keys_.spoil();
-    else if (frames_.empty())
-      keys_.restore();  // forward handles' common path holds: the first cast need not go out of line
+    if (!enabled) keys_.spoil();
     return r;
   }
 
@@ -173,8 +169,22 @@ class quantization_manager {
   /// How the next cast of `slot` goes: the recipe's plan, then, for forward slots, the autocast state
   /// (disabled: high precision) and the checkpoint frames (a replay: the original forward's scale).
   TEQUANT_ALWAYS_INLINE cast_plan plan_cast(slot_id slot) {
-    return detail::plan_by_slot(slot, table_, recipe_, enabled_, [this] { return !frames_.empty(); },
-                                [this](slot_id s, const cast_plan& p) { return in_frames(s, p); });
+    // One branch on the direction first: below it the direction is a constant, so the slot check and
+    // the recipe's plan (its dtype) fold to the one direction.
+    if (slot.dir == direction::forward) {
+      table_.check_in<direction::forward>(slot, "plan_cast");
+      const slot_id s{direction::forward, slot.bucket, slot.index};
+      cast_plan plan = recipe_.plan(s);
+      if (!enabled_) [[unlikely]] {
+        plan.enabled = false;
+        plan.amax = nullptr;
+        return plan;
+      }
+      if (frames_.empty()) return plan;
+      return in_frames(s, plan);
+    }
+    table_.check_in<direction::backward>(slot, "plan_cast");  // also refuses a direction that does not exist
+    return recipe_.plan(slot_id{direction::backward, slot.bucket, slot.index});
   }
 
   /// The same plan as plan_cast(handle.slot()), kept in the handle until its next plan_cast. Common
@@ -183,8 +193,15 @@ class quantization_manager {
   TEQUANT_ALWAYS_INLINE const cast_plan& plan_cast(cast_handle<D>& handle) {
     // A reference, not a value: the paths meet in a pointer, and the caller loads only the fields it
     // reads (a 64-byte value made the compiler copy the whole plan through the stack on every cast).
-    if (const cast_plan* kept = keys_.matching(handle, recipe_)) [[likely]]
-      return *kept;
+    if constexpr (detail::keeps_plans<recipe_part>) {
+      if (handle.key_ == keys_.key<D>()) [[likely]]
+        return handle.kept_;
+    } else {
+      if (handle.key_ == keys_.key<D>()) [[likely]] {
+        handle.last_ = recipe_.plan(slot_id{D, handle.slot_.bucket, handle.slot_.index});
+        return handle.last_;
+      }
+    }
     return plan_cast_slow(handle);
   }
 

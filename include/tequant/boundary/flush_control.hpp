@@ -41,9 +41,11 @@ struct region_memo_of<P> {
 ///   flush()                  run it now (no-op when none; on failure it stays pending and the
 ///                            exception propagates)
 ///   in_scope()               inside backward_scope()
-///   settle()                 from on_request: until the next event this port sees (a flush, a scope
-///                            entry or exit, a top-level entry, a task's end, a replay), a further
-///                            request would change nothing, so requests skip the policy (one load)
+///   settle()                 from on_request: a further request would change nothing until the next
+///                            flush, scope entry or exit, top-level entry, task end or drop, or state
+///                            load (these unsettle), so requests skip the policy (one load). A policy
+///                            whose other handlers (on_replay_enter, on_defer, on_module_forward, the
+///                            autocast events) change what on_request would do must not call it
 ///   recover_at_next_entry()  flush at the next top-level autocast entry whatever the policy does there
 ///   task_end(), task_dropped(), context()   the callback an engine runs at a task's end (or calls when
 ///                            it drops it), routed back to the policy's on_task_end / on_task_dropped
@@ -187,10 +189,7 @@ class flush_control {
   /// A checkpoint replay opens (inside the task that will run its nested backward, if any).
   void replay_enter() {
     if constexpr (requires { policy_.on_replay_enter(*this); }) {
-      if (!in_scope()) {
-        unsettle();
-        policy_.on_replay_enter(*this);
-      }
+      if (!in_scope()) policy_.on_replay_enter(*this);  // (does not unsettle: see settle())
     }
   }
 

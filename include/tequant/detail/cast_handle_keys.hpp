@@ -51,20 +51,6 @@ class cast_handle_keys {
     else return epoch_;
   }
 
-  /// plan_cast(handle)'s common path: where the handle's key matches, the plan it keeps (for a recipe
-  /// whose plans may not be kept, asked again into last_); else null, and the manager goes out of line.
-  template <direction D, class Recipe>
-  TEQUANT_ALWAYS_INLINE const cast_plan* matching(cast_handle<D>& h, Recipe& recipe) const {
-    if (h.key_ != key<D>()) [[unlikely]]
-      return nullptr;
-    if constexpr (keeps_plans<Recipe>) {
-      return &h.kept_;
-    } else {
-      h.last_ = recipe.plan(slot_id{D, h.slot_.bucket, h.slot_.index});
-      return &h.last_;
-    }
-  }
-
   /// A handle of `owner` for slot `s`, bound in the current epoch (`table` and `recipe` are the
   /// manager's parts: the slot is checked there, the plan taken there).
   template <direction D, class Table, class Recipe>
