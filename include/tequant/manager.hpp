@@ -288,18 +288,7 @@ class quantization_manager {
     return detail::staging_amax_of<Recipe>(recipe_, slot);
   }
 
-  manager_stats stats() const noexcept {
-    manager_stats r;
-    r.forward_updates = counters_.forward.load(std::memory_order_relaxed);
-    r.backward_updates = counters_.backward.load(std::memory_order_relaxed);
-    r.collectives = counters_.collectives.load(std::memory_order_relaxed);
-    r.pending = flush_.pending();
-    r.autocast_depth = depth_;
-    r.scope_depth = flush_.scope_depth();
-    r.checkpoint_depth = frames_.depth();
-    r.outstanding_snapshots = frames_.outstanding();
-    return r;
-  }
+  manager_stats stats() const noexcept { return detail::stats_of(counters_, flush_, frames_, depth_); }
 
   const params_type& params() const noexcept { return recipe_.params(); }
   /// Per-bucket recipe state, indexed like bucket(b) (for export/import and tests). Cast handles keep
