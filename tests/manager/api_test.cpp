@@ -323,4 +323,14 @@ TEST_CASE("settled requests: flushes, scope exits, dropped tasks and state loads
     CHECK(e.queued == 3);
     CHECK(fc.pending());
   }
+  {
+    settle_engine e;
+    tequant::flush_control<tequant::engine_callback<settle_hooks>> fc(
+        tequant::engine_callback<settle_hooks>(settle_hooks{&e}), &count_update, &updates);
+    fc.request();  // outside any task: marks, queues nothing, does not settle
+    CHECK(e.queued == 0);
+    e.in_task = true;
+    fc.request();  // inside one: queues
+    CHECK(e.queued == 1);
+  }
 }
