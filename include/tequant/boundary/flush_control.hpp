@@ -97,29 +97,16 @@ class flush_control {
   // ---- events from the manager ------------------------------------------------------------------------
 
   /// A module backward asks for the update. The hot path, once a request settled (inside a scope, or
-  /// where the policy said so): one relaxed load.
-  void request() {
+  /// where the policy said so): one relaxed load, inlined; the rest out of line.
+  TEQUANT_ALWAYS_INLINE void request() {
     if (settled_.load(std::memory_order_relaxed)) [[likely]]
       return;
-    if (in_scope()) {
-      mark_pending();
-      settle();
-      return;
-    }
-    policy_.on_request(*this);
+    unsettled_request();
   }
-  void request(backward_ticket ticket) {
+  TEQUANT_ALWAYS_INLINE void request(backward_ticket ticket) {
     if (settled_.load(std::memory_order_relaxed)) [[likely]]
       return;
-    if (in_scope()) {
-      mark_pending();
-      settle();
-      return;
-    }
-    if constexpr (requires { policy_.on_request(*this, ticket); })
-      policy_.on_request(*this, ticket);
-    else
-      policy_.on_request(*this);
+    unsettled_request(ticket);
   }
 
   backward_ticket module_forward(forward_event e) {
@@ -229,6 +216,25 @@ class flush_control {
 
  private:
   void unsettle() noexcept { settled_.store(false, std::memory_order_seq_cst); }
+  [[gnu::noinline]] void unsettled_request() {
+    if (in_scope()) {
+      mark_pending();
+      settle();
+      return;
+    }
+    policy_.on_request(*this);
+  }
+  [[gnu::noinline]] void unsettled_request(backward_ticket ticket) {
+    if (in_scope()) {
+      mark_pending();
+      settle();
+      return;
+    }
+    if constexpr (requires { policy_.on_request(*this, ticket); })
+      policy_.on_request(*this, ticket);
+    else
+      policy_.on_request(*this);
+  }
   static void task_end_thunk(void* self) {
     auto& c = *static_cast<flush_control*>(self);
     c.unsettle();
