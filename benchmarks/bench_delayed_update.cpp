@@ -35,10 +35,15 @@ std::vector<float> amax_stream(std::size_t n) {
 // overflowing scale becomes FLT_MAX. Written plainly: with -march=native it vectorises (a masked
 // scatter for the commit); without, GCC's branches on the amax ran faster here than bit-mask selects.
 // With_inverse = false drops scale_inv, which tequant's state does not keep (its casts compute 1 / scale).
-template <bool WithInverse>
+// SecondLine: the same loop that also reads, per slot, the position one past the head of a second
+// [n * L] array (zeros, so the results are unchanged) and takes its maximum with the amax: the least
+// any window update costs that keeps a second per-slot array beside the ring (as the suffix maxima of
+// long windows do): one more line, on a page of its own at L >= 1024.
+template <bool WithInverse, bool SecondLine = false>
 void bm_floor(benchmark::State& st) {
   const auto n = static_cast<std::uint32_t>(st.range(0)), L = static_cast<std::uint32_t>(st.range(1));
   std::vector<float> staging(n), scale(n, 1.0f), scale_inv(n, 1.0f), ring(std::size_t{n} * L);
+  std::vector<float> second(SecondLine ? std::size_t{n} * L : 0);
   std::vector<std::uint32_t> head(n);
   const auto src = amax_stream(n);
   const float scaled_max = 448.0f, inf = std::numeric_limits<float>::infinity(), fmax = std::numeric_limits<float>::max();
@@ -50,12 +55,17 @@ void bm_floor(benchmark::State& st) {
       staging[j] = 0.0f;
       const std::uint32_t h = head[j], next = h + 1 == L ? 0 : h + 1;
       float& entry = ring[std::size_t{j} * L + h];
-      float q = scaled_max / c;
+      float a = c;
+      if constexpr (SecondLine) {
+        const float o = second[std::size_t{j} * L + next];
+        a = c > o ? c : o;
+      }
+      float q = scaled_max / a;
       q = q < fmax ? q : fmax;
       const bool used = c != 0.0f;
       entry = used ? c : entry;
       head[j] = used ? next : h;
-      const float s = c > 0.0f && c < inf ? q : scale[j];
+      const float s = a > 0.0f && a < inf ? q : scale[j];
       scale[j] = s;
       if constexpr (WithInverse) scale_inv[j] = 1.0f / s;
     }
@@ -115,6 +125,7 @@ void delayed_args(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(bm_floor<true>)->Name("delayed_update/floor")->Apply(delayed_args);
 BENCHMARK(bm_floor<false>)->Name("delayed_update/floor_no_inverse")->Apply(delayed_args);
+BENCHMARK(bm_floor<true, true>)->Name("delayed_update/floor_two_lines")->Apply(delayed_args);
 BENCHMARK(bm_tequant<tequant::window_max>)->Name("delayed_update/tequant")->Apply(delayed_args);
 BENCHMARK(bm_tequant<tequant::most_recent>)->Name("delayed_update/most_recent")->Apply(delayed_args);
 BENCHMARK(bm_te_roll)->Name("delayed_update/te_roll")->Apply(delayed_args);

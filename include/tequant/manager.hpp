@@ -46,17 +46,12 @@ struct manager_access;
 template <class Recipe, class Boundary, class Checkpoint = stacked_recompute, class Comm = single_process,
           class Backend = host_backend>
 class quantization_manager {
-  static constexpr bool valid_backend = detail::check_backend<Backend>();
-  static constexpr bool valid_recipe = detail::check_recipe_if<valid_backend, Recipe, Backend>();
-  static constexpr bool valid_boundary = detail::check_boundary<Boundary>();
-  static constexpr bool valid_checkpoint = detail::check_checkpoint_if<valid_backend, Checkpoint, Backend>();
-  static constexpr bool valid_comm = detail::check_comm<Comm>();
+  using parts = detail::manager_parts<Recipe, Boundary, Checkpoint, Comm, Backend>;
   // (Named once here: no member type depends on the comm, and its check must still run.)
-  static_assert(valid_comm || !valid_comm);
-
-  using recipe_part = typename detail::recipe_part_of<valid_recipe, Recipe, Backend>::type;
-  using flush_part = typename detail::flush_part_of<valid_boundary, Boundary>::type;
-  using stack_part = typename detail::stack_part_of<valid_checkpoint, Checkpoint, Backend>::type;
+  static_assert(parts::valid_comm || !parts::valid_comm);
+  using recipe_part = typename parts::recipe;
+  using flush_part = typename parts::flush;
+  using stack_part = typename parts::stack;
   friend struct detail::manager_access;
   friend class tequant::autocast_region<quantization_manager>;
   friend class tequant::grad_mode_guard<quantization_manager>;
@@ -69,10 +64,10 @@ class quantization_manager {
   using checkpoint_type = Checkpoint;
   using comm_type = Comm;
   using backend_type = Backend;
-  using params_type = typename detail::recipe_part_of<valid_recipe, Recipe, Backend>::params;
+  using params_type = typename parts::recipe_of::params;
   /// Per-bucket recipe state (std::vector of Recipe::state_for<Backend>), or an empty type.
-  using recipe_state_type = typename detail::recipe_part_of<valid_recipe, Recipe, Backend>::states;
-  static constexpr bool is_stateful = valid_recipe && detail::has_state<Recipe, Backend>;
+  using recipe_state_type = typename parts::recipe_of::states;
+  static constexpr bool is_stateful = parts::stateful;
   using bucket_info = tequant::bucket_info;
   using region_memo = typename detail::region_memo_of<Boundary>::type;
   /// Whether checkpoint_forward / checkpoint_replay exist (the Checkpoint policy's frames support recompute).
@@ -87,11 +82,11 @@ class quantization_manager {
 
   /// Validates `params` (the recipe's rule) and, for hooks that can tell, that they reach an engine.
   explicit quantization_manager(params_type params = {}, Boundary boundary = {}, Comm comm = {}, Backend backend = {})
-      : recipe_(detail::validated<valid_recipe, Recipe>(std::move(params))),
+      : recipe_(detail::validated<parts::valid_recipe, Recipe>(std::move(params))),
         flush_(std::move(boundary), &run_backward_update_thunk, this),
         comm_(std::move(comm)),
         backend_(std::move(backend)) {
-    if constexpr (valid_boundary) flush_.check_attached();
+    if constexpr (parts::valid_boundary) flush_.check_attached();
   }
   // Callbacks queued on the engine and frames point at the manager: it stays where it was built.
   quantization_manager(const quantization_manager&) = delete;
@@ -102,9 +97,7 @@ class quantization_manager {
   /// Registers a module with `num_gemms` GEMMs: 3 forward slots (input, weight, output) and 2 backward
   /// slots (grad_output, grad_input) per GEMM, in the buckets of (direction, group).
   module_handle register_module(std::string name, std::uint32_t num_gemms = 1, reduction_groups groups = {}) {
-    detail::require(num_gemms >= 1, "register_module('", name, "'): num_gemms must be >= 1");
-    detail::require(table_.module_count() < 0xFFFFFFFFu, "register_module('", name, "'): too many modules");
-    detail::check_groups(comm_, groups, name);
+    detail::check_registration(table_, comm_, name, num_gemms, groups);
     // A new epoch first (it may throw; nothing has changed yet): the registration may move the recipe
     // state that bound handles point into, even when it fails half way.
     keys_.new_epoch();
@@ -286,33 +279,16 @@ class quantization_manager {
   /// The live scale of a slot (a host read: on a device backend this synchronises).
   float scale(slot_id slot) const {
     table_.check(slot, "scale");
-    if constexpr (requires { recipe_.scale(slot); })
-      return recipe_.scale(slot);
-    else
-      detail::fail("scale: recipe ", Recipe::name, " keeps no per-slot scale; its scales are computed per cast");
+    return detail::scale_of<Recipe>(recipe_, slot);
   }
 
   /// The staging amax of a slot (what the next update will commit).
   float staging_amax(slot_id slot) const {
     table_.check(slot, "staging_amax");
-    if constexpr (requires { recipe_.staging_amax(slot); })
-      return recipe_.staging_amax(slot);
-    else
-      detail::fail("staging_amax: recipe ", Recipe::name, " keeps no staging amax");
+    return detail::staging_amax_of<Recipe>(recipe_, slot);
   }
 
-  manager_stats stats() const noexcept {
-    manager_stats r;
-    r.forward_updates = counters_.forward.load(std::memory_order_relaxed);
-    r.backward_updates = counters_.backward.load(std::memory_order_relaxed);
-    r.collectives = counters_.collectives.load(std::memory_order_relaxed);
-    r.pending = flush_.pending();
-    r.autocast_depth = depth_;
-    r.scope_depth = flush_.scope_depth();
-    r.checkpoint_depth = frames_.depth();
-    r.outstanding_snapshots = frames_.outstanding();
-    return r;
-  }
+  manager_stats stats() const noexcept { return detail::stats_of(counters_, flush_, frames_, depth_); }
 
   const params_type& params() const noexcept { return recipe_.params(); }
   /// Per-bucket recipe state, indexed like bucket(b) (for export/import and tests). Cast handles keep
@@ -327,7 +303,7 @@ class quantization_manager {
   // `uncaught`: std::uncaught_exceptions() at the region's entry, or -1 where the entry could not run
   // the update at its exit (only guards destroyed out of nesting order reach the update then: they
   // count as unwinding while any exception is in flight).
-  void exit_autocast(bool enabled, bool prev_enabled, region_memo memo, int uncaught) {
+  void exit_autocast([[maybe_unused]] bool enabled, bool prev_enabled, region_memo memo, [[maybe_unused]] int uncaught) {
     --depth_;
     enabled_ = prev_enabled;
     if (!prev_enabled) keys_.spoil();
@@ -335,10 +311,7 @@ class quantization_manager {
     if constexpr (is_stateful) {
       if (enabled && depth_ == 0 && grad_enabled() && !frames_.in_replay() &&
           std::uncaught_exceptions() <= (uncaught < 0 ? 0 : uncaught))
-        counters_.count(direction::forward, recipe_.reduce_and_update(direction::forward, table_, comm_));
-    } else {
-      (void)enabled;
-      (void)uncaught;
+        run_update(direction::forward);
     }
   }
   void restore_grad_mode(bool prev) noexcept { grad_ = prev; }
@@ -367,11 +340,10 @@ class quantization_manager {
                                 [this](slot_id x) { return table_.describe(x); });
   }
 
-  // What flush_control runs when it flushes: the recipe's reduce-and-update of the backward buckets.
+  // The recipe's reduce-and-update of one direction's buckets, counted; flush_control runs the backward one.
+  void run_update(direction d) { counters_.count(d, recipe_.reduce_and_update(d, table_, comm_)); }
   static void run_backward_update_thunk(void* self) {
-    auto& m = *static_cast<quantization_manager*>(self);
-    if constexpr (is_stateful)
-      m.counters_.count(direction::backward, m.recipe_.reduce_and_update(direction::backward, m.table_, m.comm_));
+    if constexpr (is_stateful) static_cast<quantization_manager*>(self)->run_update(direction::backward);
   }
 
   detail::slot_table table_;
@@ -384,7 +356,7 @@ class quantization_manager {
   bool grad_ = true;
   bool enabled_ = false;  // innermost autocast region is enabled
   TEQUANT_NO_UNIQUE_ADDRESS Comm comm_;
-  TEQUANT_NO_UNIQUE_ADDRESS std::conditional_t<valid_backend, Backend, detail::invalid_part> backend_;
+  TEQUANT_NO_UNIQUE_ADDRESS typename parts::backend backend_;
   detail::cast_handle_keys keys_;
 };
 

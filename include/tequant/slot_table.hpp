@@ -48,6 +48,8 @@ class slot_table {
   std::size_t bucket_count() const noexcept { return buckets_.size(); }
   std::span<const bucket_info> buckets() const noexcept { return buckets_; }
   std::span<const module_info> modules() const noexcept { return modules_; }
+  /// The buckets of `dir` in ascending group order (the order of an update's collectives on every rank).
+  std::span<const std::uint32_t> ordered(direction dir) const noexcept { return order_[static_cast<int>(dir)]; }
 
   /// Called on every module_forward: the message is built out of line (require's arguments would be
   /// evaluated on every call).
@@ -81,6 +83,7 @@ class slot_table {
     modules_.reserve(modules_.size() + 1);
     buckets_.reserve(buckets_.size() + 2);
     for (auto& l : limit_) l.reserve(buckets_.size() + 2);
+    for (auto& o : order_) o.reserve(o.size() + 1);
     const std::uint32_t count[2] = {3 * num_gemms, 2 * num_gemms};
     const std::uint32_t group[2] = {groups.forward, groups.backward};
     for (int d = 0; d < 2; ++d) {
@@ -103,10 +106,15 @@ class slot_table {
         info.owners.reserve(count[d]);
         buckets_.push_back(std::move(info));
         for (auto& l : limit_) l.push_back(0);
+        auto& order = order_[d];
+        auto at = order.begin();  // after the buckets of lower or equal groups (reserved: no allocation)
+        while (at != order.end() && buckets_[*at].group <= group[d]) ++at;
+        at = order.insert(at, b);
         bucket_count_ = static_cast<std::uint32_t>(buckets_.size());
         try {
           state.add_bucket();
         } catch (...) {
+          order.erase(at);
           buckets_.pop_back();
           for (auto& l : limit_) l.pop_back();
           bucket_count_ = static_cast<std::uint32_t>(buckets_.size());
@@ -283,6 +291,8 @@ class slot_table {
     buckets_.swap(o.buckets_);
     limit_[0].swap(o.limit_[0]);
     limit_[1].swap(o.limit_[1]);
+    order_[0].swap(o.order_[0]);
+    order_[1].swap(o.order_[1]);
     std::swap(bucket_count_, o.bucket_count_);
     std::swap(module_count_, o.module_count_);
     std::swap(total_, o.total_);
@@ -318,6 +328,7 @@ class slot_table {
   // What the cast path's check reads, densely: per direction, each bucket's slot count if the bucket
   // is of that direction, else 0 (so an index of the wrong direction fails the one index compare).
   std::vector<std::uint32_t> limit_[2];
+  std::vector<std::uint32_t> order_[2];  // per direction: its buckets in ascending group order (ordered())
   std::uint32_t bucket_count_ = 0;  // buckets_.size(), so that the bounds check is one compare
   std::uint32_t module_count_ = 0;  // modules_.size() (< 2^32: the manager refuses more), the same for modules
   std::array<std::size_t, 2> total_{};  // slots per direction (what a frame stack sizes snapshots by)

@@ -2,7 +2,8 @@
 // The AVX-512 bf16 casts (detail::avx512, chosen at run time where the CPU has AVX-512 F/BW/VL/DQ/VBMI)
 // against the portable loops: every bf16 bit pattern times many scales (the scales that fall back to the
 // AVX2 kernels included), the amax pass, tails and misaligned pointers, the streaming path, and MXFP8 rows with inf,
-// NaN and zero blocks. Compiled twice: default flags (run-time dispatch) and -march=native (the AVX-512
+// NaN and zero blocks; the MXFP8 columnwise kernels of fp32 and bf16 (AVX-512 and AVX2 each called
+// directly, and through the dispatch) with such column blocks, several chunks and misaligned outputs. Compiled twice: default flags (run-time dispatch) and -march=native (the AVX-512
 // kernels called directly where the build targets them). Elsewhere it checks the AVX2 or portable path.
 #include <doctest/doctest.h>
 
@@ -144,4 +145,93 @@ TEST_CASE("bf16 MXFP8 rowwise: inf, NaN, zero and overflowing blocks, tails of b
         CHECK(scale == want_scale);
       }
   }
+}
+
+namespace {
+
+/// x [M, K] of T whose 32x1 column blocks are of random kinds: inf, NaN, signed zeros, near the largest
+/// floats (codes up to 254), an inf or a negative NaN among finite values, or ordinary values.
+template <class T>
+std::vector<T> column_block_matrix(std::size_t M, std::size_t K, std::mt19937& rng) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<T> x(M * K);
+  const auto put = [&](std::size_t i, float v) {
+    if constexpr (std::is_same_v<T, float>) x[i] = v;
+    else x[i] = tequant::to_bf16(v);
+  };
+  for (std::size_t mb = 0; mb < M / 32; ++mb)
+    for (std::size_t k = 0; k < K; ++k) {
+      const unsigned kind = static_cast<unsigned>(rng() % 10);
+      const int ex = static_cast<int>(rng() % 250) - 125;
+      for (std::size_t t = 0; t < 32; ++t) {
+        float v = std::ldexp(std::uniform_real_distribution<float>(-2.0f, 2.0f)(rng), ex);
+        const unsigned r = static_cast<unsigned>(rng() % 32);
+        if (kind == 0 && r == 0) v = (rng() % 2) ? inf : -inf;  // an inf block: multiplier 0
+        if (kind == 1 && r < 3) v = std::numeric_limits<float>::quiet_NaN();
+        if (kind == 2) v = (r < 16) ? 0.0f : -0.0f;
+        if (kind == 3) v = std::ldexp(v, 127 - ex);  // amax near the largest floats
+        if (kind == 4 && r == 1) v = -std::numeric_limits<float>::quiet_NaN();
+        if (kind == 4 && r == 2) v = -inf;
+        if (kind == 5) v = std::ldexp(v, -140 - ex);  // subnormal floats
+        put((mb * 32 + t) * K + k, v);
+      }
+    }
+  return x;
+}
+
+/// The columnwise kernel `run` (x, M, K, data, scale, scale_cols, stream) against the portable loops, the
+/// output misaligned by out_off bytes, padded scale rows, a guard byte after the data.
+template <fp8_dtype D, class T, class Run>
+void check_columnwise(const std::vector<T>& x, std::size_t M, std::size_t K, std::size_t out_off, bool stream, Run run) {
+  const std::size_t scale_cols = K + 64;
+  std::vector<std::uint8_t> buf(M * K + 64 + 1, 0xAB), scale((M / 32) * scale_cols, 0xEE), want(M * K);
+  std::vector<std::uint8_t> want_scale(scale.size(), 0xEE);
+  std::uint8_t* out = buf.data() + (64 - reinterpret_cast<std::uintptr_t>(buf.data()) % 64) % 64 + out_off;
+  run(x.data(), M, K, out, scale.data(), scale_cols, stream);
+  detail::mxfp8_columnwise_scalar<D>(x.data(), M, K, want.data(), want_scale.data(), scale_cols);
+  CHECK(std::memcmp(out, want.data(), M * K) == 0);
+  CHECK(scale == want_scale);
+  CHECK(out[M * K] == 0xAB);
+}
+
+template <class T>
+void check_columnwise_kernels() {
+  std::mt19937 rng(31);
+  // K: one chunk's tail of 32 columns (fp32 casts 64 at a time), more than one chunk (4096 columns),
+  // a narrow last chunk; M: one and several 32-row blocks (the next block prefetched).
+  for (const std::size_t K : {std::size_t{32}, std::size_t{96}, std::size_t{4096}, std::size_t{4096 + 32}, std::size_t{8192 + 96}})
+    for (const std::size_t M : {std::size_t{32}, std::size_t{96}}) {
+      const auto x = column_block_matrix<T>(M, K, rng);
+      for (const bool stream : {false, true})
+        for (const std::size_t off : {std::size_t{0}, std::size_t{16}, std::size_t{5}}) {
+          CAPTURE(K);
+          CAPTURE(M);
+          CAPTURE(stream);
+          CAPTURE(off);
+          tequant::detail::with_dtype(fp8_dtype::e4m3, [&]<fp8_dtype D>() {
+            check_columnwise<D>(x, M, K, off, stream, [](auto... a) { detail::mxfp8_columnwise_host<D>(a...); });
+#if TEQUANT_HAS_X86_TARGET_ATTRIBUTES
+            // Each vector kernel called directly where the CPU has it: the AVX-512 one and the AVX2 one.
+            if (detail::host_has_avx512())
+              check_columnwise<D>(x, M, K, off, stream, [](auto... a) { detail::avx512::mxfp8_columnwise<D>(a...); });
+            if (detail::host_has_avx2())
+              check_columnwise<D>(x, M, K, off, stream, [](auto... a) { detail::avx2::mxfp8_columnwise<D>(a...); });
+#endif
+          });
+          if (K > 4096) continue;
+          tequant::detail::with_dtype(fp8_dtype::e5m2, [&]<fp8_dtype D>() {
+            check_columnwise<D>(x, M, K, off, stream, [](auto... a) { detail::mxfp8_columnwise_host<D>(a...); });
+          });
+        }
+    }
+}
+
+}  // namespace
+
+TEST_CASE("MXFP8 columnwise fp32: inf, NaN, zero, subnormal and overflowing blocks, chunks, misaligned [" TEQUANT_TEST_VARIANT "]") {
+  check_columnwise_kernels<float>();
+}
+
+TEST_CASE("MXFP8 columnwise bf16: inf, NaN, zero, subnormal and overflowing blocks, chunks, misaligned [" TEQUANT_TEST_VARIANT "]") {
+  check_columnwise_kernels<bf16>();
 }

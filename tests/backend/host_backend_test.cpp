@@ -187,18 +187,22 @@ TEST_CASE_TEMPLATE("host quantizers on outputs large enough to stream [" TEQUANT
       CHECK(std::memcmp(s.data(), ws.data(), s.size() * sizeof(float)) == 0);
     }
     {
-      // MXFP8 columnwise kernel asked to stream (host_backend does not ask: measured slower), one
-      // 32-row block at a time as host_backend calls it.
+      // MXFP8 columnwise kernel asked to stream, on the whole matrix (as host_backend calls it for the
+      // columnwise direction alone), then one 32-row block at a time (as it calls it with both).
       const std::size_t K = 4128, M = (td::streaming_store_min_bytes / K / 32 + 1) * 32;
       const auto cs = tequant::mxfp8_columnwise_scale_shape(M, K);
       std::vector<std::uint8_t> q(M * K + 16), s(cs.size()), wq(M * K), ws(cs.size());
       std::uint8_t* qd = q.data() + (16 - reinterpret_cast<std::uintptr_t>(q.data()) % 16) % 16;
       if (qd + offset + M * K > q.data() + q.size()) qd -= 16;
       qd += offset;
+      td::mxfp8_columnwise_scalar<fp8_dtype::e4m3>(x.data(), M, K, wq.data(), ws.data(), cs.cols);
+      td::mxfp8_columnwise_host<fp8_dtype::e4m3>(x.data(), M, K, qd, s.data(), cs.cols, true);
+      CHECK(std::memcmp(qd, wq.data(), M * K) == 0);
+      for (std::size_t mb = 0; mb < M / 32; ++mb) CHECK(std::memcmp(s.data() + mb * cs.cols, ws.data() + mb * cs.cols, K) == 0);
+      std::fill(q.begin(), q.end(), std::uint8_t{0});
+      std::fill(s.begin(), s.end(), std::uint8_t{0});
       for (std::size_t mb = 0; mb < M / 32; ++mb)
-        td::mxfp8_columnwise_host<fp8_dtype::e4m3>(x.data() + mb * 32 * K, K, qd + mb * 32 * K, s.data() + mb * cs.cols, true);
-      for (std::size_t mb = 0; mb < M / 32; ++mb)
-        td::mxfp8_columnwise_scalar<fp8_dtype::e4m3>(x.data() + mb * 32 * K, K, wq.data() + mb * 32 * K, ws.data() + mb * cs.cols);
+        td::mxfp8_columnwise_host<fp8_dtype::e4m3>(x.data() + mb * 32 * K, 32, K, qd + mb * 32 * K, s.data() + mb * cs.cols, cs.cols, true);
       CHECK(std::memcmp(qd, wq.data(), M * K) == 0);
       for (std::size_t mb = 0; mb < M / 32; ++mb) CHECK(std::memcmp(s.data() + mb * cs.cols, ws.data() + mb * cs.cols, K) == 0);
     }

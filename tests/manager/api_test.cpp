@@ -251,3 +251,86 @@ TEST_CASE("forward update rules: outermost enabled exit, gradients on, not in a 
   { auto on = f.m.autocast(); }
   CHECK(f.m.stats().forward_updates == 1);
 }
+
+namespace {
+// An engine of one task at a time, reduced to what flush_control's settled fast path depends on.
+struct settle_engine {
+  bool in_task = false;
+  void (*end)(void*) = nullptr;
+  void (*drop)(void*) = nullptr;
+  void* ctx = nullptr;
+  int queued = 0;
+};
+struct settle_hooks {
+  settle_engine* e;
+  bool in_backward() const noexcept { return e->in_task; }
+  bool queue_callback(void (*fn)(void*), void (*dropped)(void*), void* ctx) noexcept {
+    e->end = fn;
+    e->drop = dropped;
+    e->ctx = ctx;
+    ++e->queued;
+    return true;
+  }
+  bool queue_callback(void (*fn)(void*), void* ctx) noexcept { return queue_callback(fn, nullptr, ctx); }
+};
+void count_update(void* n) { ++*static_cast<int*>(n); }
+}  // namespace
+
+// Once a request settles, later requests return after one load; every event after which a request
+// would do something again must unsettle (each CHECK below fails if one of them does not).
+TEST_CASE("settled requests: flushes, scope exits, dropped tasks and state loads unsettle") {
+  int updates = 0;
+  {
+    tequant::flush_control<tequant::autocast_entry> fc({}, &count_update, &updates);
+    fc.request();
+    fc.request();  // settled: nothing to do
+    CHECK(fc.pending());
+    fc.flush();
+    CHECK(updates == 1);
+    fc.request();  // the flush unsettled: this one marks again
+    CHECK(fc.pending());
+    fc.restore_pending(false);  // a state load without a pending update
+    fc.request();
+    CHECK(fc.pending());
+  }
+  {
+    tequant::flush_control<tequant::explicit_scope> fc({}, &count_update, &updates);
+    fc.scope_enter();
+    fc.request();  // inside the scope: settles
+    fc.scope_exit(true);  // unwinding: no flush; outside the scope requests are errors again
+    CHECK_THROWS_AS(fc.request(), tequant::error);
+  }
+  {
+    settle_engine e;
+    tequant::flush_control<tequant::engine_callback<settle_hooks>> fc(
+        tequant::engine_callback<settle_hooks>(settle_hooks{&e}), &count_update, &updates);
+    e.in_task = true;
+    fc.request();
+    fc.request();
+    CHECK(e.queued == 1);
+    e.in_task = false;
+    e.drop(e.ctx);  // the task failed: its callback is dropped, the update stays pending
+    e.in_task = true;
+    fc.request();  // a retried backward queues again
+    CHECK(e.queued == 2);
+    const int before = updates;
+    e.in_task = false;
+    e.end(e.ctx);  // its end flushes
+    CHECK(updates == before + 1);
+    CHECK_FALSE(fc.pending());
+    e.in_task = true;
+    fc.request();  // the next backward queues and marks again
+    CHECK(e.queued == 3);
+    CHECK(fc.pending());
+  }
+  {
+    settle_engine e;
+    tequant::flush_control<tequant::engine_callback<settle_hooks>> fc(
+        tequant::engine_callback<settle_hooks>(settle_hooks{&e}), &count_update, &updates);
+    fc.request();  // outside any task: marks, queues nothing, does not settle
+    CHECK(e.queued == 0);
+    e.in_task = true;
+    fc.request();  // inside one: queues
+    CHECK(e.queued == 1);
+  }
+}

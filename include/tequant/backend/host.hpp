@@ -247,9 +247,18 @@ struct host_backend {
   static void mxfp8_impl(matrix_view<const T> x, bool tile_2d, const mxfp8_output& o, bool row, bool col,
                          scale_shape rs, scale_shape cs) {
     const std::size_t M = x.rows, K = x.cols, KB = K / 32;
-    // The kernels can stream their codes (the whole output's size would decide), but measured slower
-    // here for fp32 (rowwise 5.1 -> 5.4 ms, columnwise 6.6 -> 7.3 ms per 64 MiB; docs/benchmarks.md).
+    // The rowwise kernels can stream their codes, but measured slower for fp32 (5.1 -> 5.4 ms per 64 MiB;
+    // docs/benchmarks.md). The columnwise ones stream when the whole output is large (the AVX-512 kernel
+    // measured faster so; the host_simd.hpp dispatch leaves the AVX2 one with ordinary stores).
     const bool stream = false;
+    const bool col_stream = M * K >= detail::streaming_store_min_bytes;
+    // Columnwise only: one call for the whole matrix, so each 32-row block's kernel prefetches the next.
+    if (col && !row && !tile_2d) {
+      std::memset(o.columnwise_scale.data(), 0, o.columnwise_scale.size());
+      detail::mxfp8_columnwise_host<D>(x.data, M, K, o.columnwise_data.data(), o.columnwise_scale.data(), cs.cols,
+                                       col_stream);
+      return;
+    }
     if (row) std::memset(o.rowwise_scale.data(), 0, o.rowwise_scale.size());
     if (col) std::memset(o.columnwise_scale.data(), 0, o.columnwise_scale.size());
     // Per-column scratch of the 32x32-tile path only; the 1D paths keep theirs in registers.
@@ -285,8 +294,8 @@ struct host_backend {
         detail::mxfp8_rowwise_host<D>(blk, 32, K, o.rowwise_data.data() + mb * 32 * K, o.rowwise_scale.data() + mb * 32 * rs.cols,
                                       rs.cols, stream);
       if (col)
-        detail::mxfp8_columnwise_host<D>(blk, K, o.columnwise_data.data() + mb * 32 * K, o.columnwise_scale.data() + mb * cs.cols,
-                                         stream);
+        detail::mxfp8_columnwise_host<D>(blk, 32, K, o.columnwise_data.data() + mb * 32 * K, o.columnwise_scale.data() + mb * cs.cols,
+                                         cs.cols, col_stream);
     }
   }
 

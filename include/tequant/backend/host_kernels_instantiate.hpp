@@ -24,7 +24,8 @@
   template void scale_encode_each_host<D, T>(const T*, std::size_t, const float*, std::uint8_t*) noexcept;              \
   template void mxfp8_rowwise_host<D, T>(const T*, std::size_t, std::size_t, std::uint8_t*, std::uint8_t*,              \
                                          std::size_t, bool) noexcept;                                                   \
-  template void mxfp8_columnwise_host<D, T>(const T*, std::size_t, std::uint8_t*, std::uint8_t*, bool) noexcept;        \
+  template void mxfp8_columnwise_host<D, T>(const T*, std::size_t, std::size_t, std::uint8_t*, std::uint8_t*,           \
+                                            std::size_t, bool) noexcept;                                                \
   template void block_rowwise_host<D, T>(const T*, std::size_t, std::size_t, std::uint8_t*, float*, std::size_t, bool,  \
                                          float, float, bool) noexcept;                                                  \
   template void block_2d_host<D, T>(const T*, std::size_t, std::size_t, std::uint8_t*, float*, bool, float, float,      \

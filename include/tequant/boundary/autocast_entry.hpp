@@ -17,6 +17,7 @@ struct autocast_entry {
   template <class Port>
   void on_request(Port& port) noexcept {
     port.mark_pending();
+    port.settle();  // until the flush, further requests change nothing
   }
   template <class Port>
   void on_top_level_entry(Port& port) {

@@ -67,6 +67,7 @@ struct flush_port_archetype {
   bool pending() const noexcept { return false; }
   void flush() {}
   bool in_scope() const noexcept { return false; }
+  void settle() noexcept {}
   void recover_at_next_entry() noexcept {}
   void (*task_end())(void*) { return nullptr; }
   void (*task_dropped())(void*) { return nullptr; }

@@ -58,7 +58,8 @@ class engine_callback {
   template <class Port>
   void on_request(Port& port) {
     port.mark_pending();
-    if (!queued_.load(std::memory_order_acquire)) queue(port);
+    // Queued (on this task or an enclosing one): further requests change nothing until the task's end.
+    if (queued_.load(std::memory_order_acquire) || queue(port)) port.settle();
   }
   /// A reentrant checkpoint replays inside the outer task before its nested backward: queuing now puts
   /// the callback on the outer task, so the nested task's requests find it queued.

@@ -41,6 +41,11 @@ struct region_memo_of<P> {
 ///   flush()                  run it now (no-op when none; on failure it stays pending and the
 ///                            exception propagates)
 ///   in_scope()               inside backward_scope()
+///   settle()                 from on_request: a further request would change nothing until the next
+///                            flush, scope entry or exit, top-level entry, task end or drop, or state
+///                            load (these unsettle), so requests skip the policy (one load). A policy
+///                            whose other handlers (on_replay_enter, on_defer, on_module_forward, the
+///                            autocast events) change what on_request would do must not call it
 ///   recover_at_next_entry()  flush at the next top-level autocast entry whatever the policy does there
 ///   task_end(), task_dropped(), context()   the callback an engine runs at a task's end (or calls when
 ///                            it drops it), routed back to the policy's on_task_end / on_task_dropped
@@ -67,7 +72,11 @@ class flush_control {
   }
   bool pending() const noexcept { return pending_.load(std::memory_order_acquire); }
   void flush() {
-    if (!pending_.exchange(false, std::memory_order_acq_rel)) return;
+    // Unsettled on both sides of the exchange: a request that settles while the flag clears either
+    // sees it cleared (and unsettles itself) or is unsettled here after it.
+    unsettle();
+    if (!pending_.exchange(false, std::memory_order_seq_cst)) return;
+    unsettle();
     try {
       run_(run_ctx_);
     } catch (...) {
@@ -76,6 +85,10 @@ class flush_control {
     }
   }
   bool in_scope() const noexcept { return scope_depth_.load(std::memory_order_relaxed) != 0; }
+  void settle() noexcept {
+    settled_.store(true, std::memory_order_seq_cst);
+    if (!pending_.load(std::memory_order_seq_cst)) unsettle();  // a flush cleared it meanwhile
+  }
   void recover_at_next_entry() noexcept { recover_ = true; }
   static constexpr void (*task_end() noexcept)(void*) { return &task_end_thunk; }
   static constexpr void (*task_dropped() noexcept)(void*) { return &task_dropped_thunk; }
@@ -83,23 +96,17 @@ class flush_control {
 
   // ---- events from the manager ------------------------------------------------------------------------
 
-  /// A module backward asks for the update (the hot path: one relaxed load inside a scope).
-  void request() {
-    if (in_scope()) {
-      mark_pending();
+  /// A module backward asks for the update. The hot path, once a request settled (inside a scope, or
+  /// where the policy said so): one relaxed load, inlined; the rest out of line.
+  TEQUANT_ALWAYS_INLINE void request() {
+    if (settled_.load(std::memory_order_relaxed)) [[likely]]
       return;
-    }
-    policy_.on_request(*this);
+    unsettled_request();
   }
-  void request(backward_ticket ticket) {
-    if (in_scope()) {
-      mark_pending();
+  TEQUANT_ALWAYS_INLINE void request(backward_ticket ticket) {
+    if (settled_.load(std::memory_order_relaxed)) [[likely]]
       return;
-    }
-    if constexpr (requires { policy_.on_request(*this, ticket); })
-      policy_.on_request(*this, ticket);
-    else
-      policy_.on_request(*this);
+    unsettled_request(ticket);
   }
 
   backward_ticket module_forward(forward_event e) {
@@ -125,6 +132,7 @@ class flush_control {
   /// logical backward's update runs, and where the policy may flush.
   void top_level_entry(bool in_replay) {
     if (in_replay || in_scope() || in_backward()) return;
+    unsettle();
     if (recover_) {
       flush();  // a failure keeps the recovery for the next entry (and the update pending)
       recover_ = false;
@@ -136,6 +144,7 @@ class flush_control {
   /// every rank joins the collective even if none of its modules ran backward.
   void scope_enter() {
     if (scope_depth_.load(std::memory_order_relaxed) == 0) {
+      unsettle();
       bool handed = false;
       if constexpr (requires { policy_.on_scope_enter(*this); }) handed = policy_.on_scope_enter(*this);
       handed_over_ = handed;
@@ -149,6 +158,7 @@ class flush_control {
   /// top-level autocast entry, as that step's update (ARCHITECTURE §3).
   void scope_exit(bool unwinding) {
     if (scope_depth_.fetch_sub(1, std::memory_order_relaxed) != 1) return;
+    unsettle();  // outside the scope the policy answers requests again
     const bool handed = std::exchange(handed_over_, false);
     if (unwinding) {
       if constexpr (requires { policy_.on_failed_backward(*this); })
@@ -166,7 +176,7 @@ class flush_control {
   /// A checkpoint replay opens (inside the task that will run its nested backward, if any).
   void replay_enter() {
     if constexpr (requires { policy_.on_replay_enter(*this); }) {
-      if (!in_scope()) policy_.on_replay_enter(*this);
+      if (!in_scope()) policy_.on_replay_enter(*this);  // (does not unsettle: see settle())
     }
   }
 
@@ -199,15 +209,40 @@ class flush_control {
 
   std::uint32_t scope_depth() const noexcept { return scope_depth_.load(std::memory_order_relaxed); }
   /// Between steps only (state loading): the pending flag as saved.
-  void restore_pending(bool p) noexcept { pending_.store(p, std::memory_order_release); }
+  void restore_pending(bool p) noexcept {
+    unsettle();
+    pending_.store(p, std::memory_order_release);
+  }
 
  private:
+  void unsettle() noexcept { settled_.store(false, std::memory_order_seq_cst); }
+  [[gnu::noinline]] void unsettled_request() {
+    if (in_scope()) {
+      mark_pending();
+      settle();
+      return;
+    }
+    policy_.on_request(*this);
+  }
+  [[gnu::noinline]] void unsettled_request(backward_ticket ticket) {
+    if (in_scope()) {
+      mark_pending();
+      settle();
+      return;
+    }
+    if constexpr (requires { policy_.on_request(*this, ticket); })
+      policy_.on_request(*this, ticket);
+    else
+      policy_.on_request(*this);
+  }
   static void task_end_thunk(void* self) {
     auto& c = *static_cast<flush_control*>(self);
+    c.unsettle();
     if constexpr (requires { c.policy_.on_task_end(c); }) c.policy_.on_task_end(c);
   }
   static void task_dropped_thunk(void* self) noexcept {
     auto& c = *static_cast<flush_control*>(self);
+    c.unsettle();
     if constexpr (requires { c.policy_.on_task_dropped(c); }) c.policy_.on_task_dropped(c);
   }
 
@@ -215,6 +250,7 @@ class flush_control {
   runner run_;
   void* run_ctx_;
   std::atomic<bool> pending_{false};
+  std::atomic<bool> settled_{false};  // a request would change nothing (settle()): requests return at once
   std::atomic<std::uint32_t> scope_depth_{0};
   bool handed_over_ = false;  // the outermost scope's flush belongs to the policy (a task's end)
   bool recover_ = false;      // a logical backward raised: flush at the next top-level entry

@@ -71,8 +71,11 @@ class snapshot_buffer final : public snapshot_storage {
   const void* owner_;
 };
 
+// A slot's key in a frame's snapshot (any one-to-one map of (bucket, index) serves). Index high,
+// bucket low: the pair as it lies in a slot_id, so the cast path forms it from the register it loaded
+// the pair into (one move; the other order took a shift and an or per forward cast).
 constexpr std::uint64_t frame_key(slot_id s) noexcept {
-  return (static_cast<std::uint64_t>(s.bucket) << 32) | s.index;
+  return (static_cast<std::uint64_t>(s.index) << 32) | s.bucket;
 }
 
 }  // namespace detail
@@ -175,7 +178,14 @@ class frame_stack {
         return plan;
       }
     }
-    return plan_nested(slot, plan, backend, forward_slots, owner, describe);
+    // Only the three state pointers go out of line and back: passing the whole plan made the
+    // compiler store all of it on every forward cast inside a frame, for the call it rarely makes.
+    const state_refs n = plan_nested(slot, {plan.scale, plan.amax, plan.rng_offset}, backend, forward_slots, owner,
+                                     describe);
+    plan.scale = n.scale;
+    plan.amax = n.amax;
+    plan.rng_offset = n.rng_offset;
+    return plan;
   }
 
   /// Refuses state loading while frames are open or hold snapshots of the current scales.
@@ -194,11 +204,29 @@ class frame_stack {
     mode kind;
   };
 
+  // What a frame may change in a plan (the general path below reads and writes nothing else).
+  struct state_refs {
+    const float* scale;
+    float* amax;
+    std::uint64_t* rng_offset;
+  };
+
   // Any number of frames: the nearest replaying frame below the top decides (its snapshot, nothing
   // recorded); recording frames above it reserve what was used as their own snapshot.
   template <class Describe>
-  [[gnu::noinline]] cast_plan plan_nested(slot_id slot, cast_plan plan, Backend& backend, std::size_t forward_slots,
-                                          const void* owner, Describe& describe) {
+  [[gnu::noinline]] state_refs plan_nested(slot_id slot, state_refs refs, Backend& backend, std::size_t forward_slots,
+                                           const void* owner, Describe& describe) {
+    cast_plan plan;
+    plan.scale = refs.scale;
+    plan.amax = refs.amax;
+    plan.rng_offset = refs.rng_offset;
+    plan = plan_nested_whole(slot, plan, backend, forward_slots, owner, describe);
+    return {plan.scale, plan.amax, plan.rng_offset};
+  }
+
+  template <class Describe>
+  cast_plan plan_nested_whole(slot_id slot, cast_plan plan, Backend& backend, std::size_t forward_slots,
+                              const void* owner, Describe& describe) {
     std::size_t r = top_;
     while (r > 0 && frames_[r - 1].kind != mode::replaying) --r;
     if (plan.scale == nullptr && plan.rng_offset == nullptr) {  // the cast depends on no state: nothing to keep

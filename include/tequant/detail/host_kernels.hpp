@@ -61,9 +61,11 @@ template <fp8_dtype D, class T>
 void mxfp8_rowwise_host(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, std::uint8_t* scale,
                         std::size_t scale_cols, bool stream) noexcept;
 
-/// MXFP8 32x1 columnwise blocks of one 32-row block of x [*, K].
+/// MXFP8 32x1 columnwise blocks of x [M, K] (M and K multiples of 32): data [M, K], the E8M0 codes of
+/// rows [32 mb, 32 mb + 32) at scale[mb * scale_cols + k].
 template <fp8_dtype D, class T>
-void mxfp8_columnwise_host(const T* x, std::size_t K, std::uint8_t* data, std::uint8_t* scale, bool stream) noexcept;
+void mxfp8_columnwise_host(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, std::uint8_t* scale,
+                           std::size_t scale_cols, bool stream) noexcept;
 
 /// FP8 block scaling 1x128 rowwise tiles of x [M, K].
 template <fp8_dtype D, class T>

@@ -433,15 +433,17 @@ TEQUANT_TARGET_AVX2 inline void mxfp8_columnwise_run(const T* x, std::size_t K, 
   for (; c0 < K; c0 += 32) mxfp8_column_group<D, 4, Stream>(x, K, c0, data, scale);
 }
 
+/// MXFP8 32x1 columnwise blocks of x [M, K] (M and K multiples of 32): data [M, K], the E8M0 codes of
+/// rows [32 mb, 32 mb + 32) at scale[mb * scale_cols + k].
 template <fp8_dtype D, class T>
-TEQUANT_TARGET_AVX2 inline void mxfp8_columnwise(const T* x, std::size_t K, std::uint8_t* data, std::uint8_t* scale,
-                                                 bool stream) noexcept {
-  if (use_streaming_stores(stream, data, K)) {
-    mxfp8_columnwise_run<D, true>(x, K, data, scale);
-    stream_fence();
-  } else {
-    mxfp8_columnwise_run<D, false>(x, K, data, scale);
+TEQUANT_TARGET_AVX2 inline void mxfp8_columnwise(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, std::uint8_t* scale,
+                                                 std::size_t scale_cols, bool stream) noexcept {
+  const bool st = use_streaming_stores(stream, data, K);
+  for (std::size_t m0 = 0; m0 < M; m0 += 32) {
+    if (st) mxfp8_columnwise_run<D, true>(x + m0 * K, K, data + m0 * K, scale + m0 / 32 * scale_cols);
+    else mxfp8_columnwise_run<D, false>(x + m0 * K, K, data + m0 * K, scale + m0 / 32 * scale_cols);
   }
+  if (st) stream_fence();
 }
 
 /// max(m, the amax keys of the 128 elements at p) in 8 lanes: NaN-skipping float maxima for fp32 (two

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The AVX-512 bf16 host kernels (x86 with g++/clang, chosen at run time by host_simd.hpp); the
-// cases they leave (scales that are not finite and > 0, MXFP8 blocks with code 254) go to the AVX2 ones.
+// The AVX-512 bf16 host kernels and the MXFP8 columnwise kernel of fp32 and bf16 (x86 with g++/clang,
+// chosen at run time by host_simd.hpp); the cases the bf16 casts leave (scales that are not finite
+// and > 0, rowwise MXFP8 blocks with code 254) go to the AVX2 ones.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -54,14 +55,15 @@ TEQUANT_TARGET_AVX512_INLINE inline __m512i code_low_bytes16(__m512 y) noexcept 
   return _mm512_add_epi32(sum, _mm512_srli_epi32(c, sh));
 }
 
-/// Codes of the 32 bf16 in `a` times s (finite, > 0), in order. When Amax, m (16-bit lanes) is
-/// max-accumulated with the sign-cleared bf16 patterns of the non-NaN inputs.
+/// Codes of the 32 bf16 in `a` times the multipliers (finite, > 0) s_even (of elements 0, 2, ..., 30)
+/// and s_odd (1, 3, ..., 31), in order. When Amax, m (16-bit lanes) is max-accumulated with the
+/// sign-cleared bf16 patterns of the non-NaN inputs.
 template <fp8_dtype D, bool Amax>
-TEQUANT_TARGET_AVX512_INLINE inline __m256i encode32(__m512i a, __m512 s, __m512i& m) noexcept {
+TEQUANT_TARGET_AVX512_INLINE inline __m256i encode32(__m512i a, __m512 s_even, __m512 s_odd, __m512i& m) noexcept {
   const __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(a, 16));
   const __m512 odd = _mm512_castsi512_ps(_mm512_and_si512(a, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
-  const __m512i ce = code_low_bytes16<D>(_mm512_mul_ps(even, s));
-  const __m512i co = code_low_bytes16<D>(_mm512_mul_ps(odd, s));
+  const __m512i ce = code_low_bytes16<D>(_mm512_mul_ps(even, s_even));
+  const __m512i co = code_low_bytes16<D>(_mm512_mul_ps(odd, s_odd));
   // Byte k of the result: element k's code, byte 0 of lane k / 2 of ce (even k) or of co (odd k).
   const __m512i interleave = _mm512_set_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                                              0, 0, 0, 0, 124, 60, 120, 56, 116, 52, 112, 48, 108, 44, 104, 40, 100, 36,
@@ -77,6 +79,12 @@ TEQUANT_TARGET_AVX512_INLINE inline __m256i encode32(__m512i a, __m512 s, __m512
   // codes | (signs & 0x80), then NaN -> 0x7F.
   const __m256i r = _mm256_ternarylogic_epi32(codes, signs, _mm256_set1_epi8(static_cast<char>(0x80)), 0xF8);
   return _mm256_mask_blend_epi8(ok, _mm256_set1_epi8(0x7F), r);
+}
+
+/// encode32 with one multiplier s (finite, > 0) for all 32 elements.
+template <fp8_dtype D, bool Amax>
+TEQUANT_TARGET_AVX512_INLINE inline __m256i encode32(__m512i a, __m512 s, __m512i& m) noexcept {
+  return encode32<D, Amax>(a, s, s, m);
 }
 
 /// 32 bytes at out (Stream: non-temporal, out 16-byte aligned; Aligned32: one 32-byte store, out 32-byte aligned).
@@ -244,6 +252,166 @@ TEQUANT_TARGET_AVX512 inline void mxfp8_rowwise(const bf16* x, std::size_t M, st
   } else {
     mxfp8_rowwise_run<D, false>(x, M, K, data, scale, scale_cols);
   }
+}
+
+/// Codes of the 16 floats y (any: sign and NaN from y itself), one byte each, in order.
+template <fp8_dtype D>
+TEQUANT_TARGET_AVX512_INLINE inline __m128i encode16(__m512 y) noexcept {
+  const __m512i yb = _mm512_castps_si512(y);
+  const __m512i c = _mm512_ternarylogic_epi32(code_low_bytes16<D>(y), _mm512_srli_epi32(yb, 24), _mm512_set1_epi32(0x80), 0xF8);
+  return _mm512_cvtepi32_epi8(_mm512_mask_mov_epi32(c, _mm512_cmp_ps_mask(y, y, _CMP_UNORD_Q), _mm512_set1_epi32(0x7F)));
+}
+
+/// 16 bytes at out (Stream: non-temporal, out 16-byte aligned).
+template <bool Stream>
+TEQUANT_TARGET_AVX512_INLINE inline void store16(std::uint8_t* out, __m128i v) noexcept {
+  if constexpr (Stream) _mm_stream_si128(reinterpret_cast<__m128i*>(out), v);
+  else _mm_storeu_si128(reinterpret_cast<__m128i*>(out), v);
+}
+
+/// Columns per pass of mxfp8_columnwise_rows: 32 rows of them (512 KiB of fp32, 256 KiB of bf16) stay
+/// in L2 between its two passes, their multipliers (16 KiB) in L1.
+inline constexpr std::size_t mxfp8_columnwise_chunk = 4096;
+
+/// MXFP8 32x1 blocks of columns [0, W) of the 32 rows at x (row stride K; W a multiple of 32, at most
+/// mxfp8_columnwise_chunk): codes at data (row stride K), E8M0 codes at scale[0, W). Two passes, each
+/// reading whole rows in order (what the hardware prefetcher follows): the column amaxes (NaN-skipping
+/// float maxima, kept in mult), then the cast from L2 with the per-column multipliers. While it casts,
+/// the next chunk (its first min(W, next_w) columns of 32 rows at next, row stride K; next_w = 0: none)
+/// is prefetched into L2 (T1; T0 measured much slower, presumably evicting mult from L1), so the next
+/// amax pass reads from L2 and the memory reads overlap the cast (without the prefetch this kernel
+/// waits for memory in its amax pass and for the FPU in its cast pass, in turns). The avx2 kernel's
+/// 256-byte column groups (the amax, then the cast of the same group) reread lines that the 32 rows,
+/// a multiple of 4 KiB apart, evict from L1 (they share its sets). docs/benchmarks.md has the figures.
+template <fp8_dtype D, bool Stream>
+TEQUANT_TARGET_AVX512 inline void mxfp8_columnwise_rows(const float* x, std::size_t K, std::size_t W, std::uint8_t* data,
+                                                        std::uint8_t* scale, const float* next, std::size_t next_w) noexcept {
+  alignas(64) float mult[mxfp8_columnwise_chunk];
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
+  for (std::size_t c = 0; c < W; c += 16) _mm512_store_ps(mult + c, _mm512_setzero_ps());
+  for (std::size_t r = 0; r < 32; ++r) {
+    const float* p = x + r * K;
+    // max returns its second operand when either is NaN: a NaN element leaves the column max as it was.
+    for (std::size_t c = 0; c < W; c += 16)
+      _mm512_store_ps(mult + c, _mm512_max_ps(_mm512_and_ps(_mm512_loadu_ps(p + c), abs_mask), _mm512_load_ps(mult + c)));
+  }
+  for (std::size_t c = 0; c < W; c += 8) {
+    const __m256i e = avx2::e8m0_codes8<D>(_mm256_castps_si256(_mm256_load_ps(mult + c)));
+    avx2::store8_bytes(scale + c, e);
+    _mm256_store_ps(mult + c, avx2::e8m0_multipliers8(e));
+  }
+  for (std::size_t r = 0; r < 32; ++r) {
+    const float* p = x + r * K;
+    std::uint8_t* out = data + r * K;
+    std::size_t c = 0;
+    const char* pf = next_w ? reinterpret_cast<const char*>(next + r * K) : nullptr;
+    for (; c + 64 <= W; c += 64) {
+      if (c < next_w)
+        for (int j = 0; j < 4; ++j) _mm_prefetch(pf + c * 4 + 64 * j, _MM_HINT_T1);
+      for (int j = 0; j < 4; ++j)
+        store16<Stream>(out + c + 16 * j, encode16<D>(_mm512_mul_ps(_mm512_loadu_ps(p + c + 16 * j), _mm512_load_ps(mult + c + 16 * j))));
+    }
+    for (; c < W; c += 16) store16<Stream>(out + c, encode16<D>(_mm512_mul_ps(_mm512_loadu_ps(p + c), _mm512_load_ps(mult + c))));
+  }
+}
+
+/// mxfp8_columnwise_rows for bf16: the amaxes on the 16-bit patterns (max_keys16), the cast with
+/// encode32 and each 32 columns' multipliers split into the even and the odd columns (encode32's
+/// lanes). encode32 needs multipliers > 0; a 32-column chunk with code 254 (an inf or overflowing
+/// block: multiplier 0, where inf * 0 is NaN) is cast with encode16 on the widened halves.
+template <fp8_dtype D, bool Stream>
+TEQUANT_TARGET_AVX512 inline void mxfp8_columnwise_rows(const bf16* x, std::size_t K, std::size_t W, std::uint8_t* data,
+                                                        std::uint8_t* scale, const bf16* next, std::size_t next_w) noexcept {
+  constexpr std::size_t N = mxfp8_columnwise_chunk;
+  alignas(64) std::uint16_t keys[N];
+  alignas(64) float mult[N];  // per 32 columns: the 16 even columns' multipliers, then the 16 odd ones'
+  std::uint32_t zero_mult[N / 32 / 32] = {};  // bit kb: the chunk of columns [32 kb, 32 kb + 32) has code 254
+  for (std::size_t c = 0; c < W; c += 32) _mm512_store_si512(keys + c, _mm512_setzero_si512());
+  for (std::size_t r = 0; r < 32; ++r) {
+    const bf16* p = x + r * K;
+    for (std::size_t c = 0; c < W; c += 32)
+      _mm512_store_si512(keys + c, max_keys16(_mm512_load_si512(keys + c), _mm512_loadu_si512(p + c)));
+  }
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  for (std::size_t c = 0; c < W; c += 32) {
+    __m512 m[2];
+    unsigned z = 0;
+    for (int h = 0; h < 2; ++h) {
+      __m256 mh[2];
+      for (int q = 0; q < 2; ++q) {
+        const __m128i k16 = _mm_load_si128(reinterpret_cast<const __m128i*>(keys + c + 16 * h + 8 * q));
+        const __m256i e = avx2::e8m0_codes8<D>(_mm256_slli_epi32(_mm256_cvtepu16_epi32(k16), 16));
+        avx2::store8_bytes(scale + c + 16 * h + 8 * q, e);
+        z |= static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(e, _mm256_set1_epi32(254)))));
+        mh[q] = avx2::e8m0_multipliers8(e);
+      }
+      m[h] = _mm512_insertf32x8(_mm512_castps256_ps512(mh[0]), mh[1], 1);
+    }
+    _mm512_store_ps(mult + c, _mm512_permutex2var_ps(m[0], even, m[1]));
+    _mm512_store_ps(mult + c + 16, _mm512_permutex2var_ps(m[0], odd, m[1]));
+    if (z) zero_mult[c / 1024] |= 1u << (c / 32 % 32);
+  }
+  bool any_zero = false;
+  for (std::size_t i = 0; i < (W + 1023) / 1024; ++i) any_zero = any_zero || zero_mult[i] != 0;
+  __m512i unused = _mm512_setzero_si512();
+  for (std::size_t r = 0; r < 32; ++r) {
+    const bf16* p = x + r * K;
+    std::uint8_t* out = data + r * K;
+    const char* pf = next_w ? reinterpret_cast<const char*>(next + r * K) : nullptr;
+    if (!any_zero) {
+      for (std::size_t c = 0; c < W; c += 32) {
+        if (c < next_w) _mm_prefetch(pf + c * 2, _MM_HINT_T1);
+        store32<Stream>(out + c,
+                        encode32<D, false>(_mm512_loadu_si512(p + c), _mm512_load_ps(mult + c), _mm512_load_ps(mult + c + 16), unused));
+      }
+      continue;
+    }
+    for (std::size_t c = 0; c < W; c += 32) {
+      if (c < next_w) _mm_prefetch(pf + c * 2, _MM_HINT_T1);
+      const __m512i a = _mm512_loadu_si512(p + c);
+      if ((zero_mult[c / 1024] >> (c / 32 % 32)) & 1u) {
+        const __m512 ev = _mm512_castsi512_ps(_mm512_slli_epi32(a, 16));
+        const __m512 od = _mm512_castsi512_ps(_mm512_and_si512(a, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+        const __m128i ce = encode16<D>(_mm512_mul_ps(ev, _mm512_load_ps(mult + c)));
+        const __m128i co = encode16<D>(_mm512_mul_ps(od, _mm512_load_ps(mult + c + 16)));
+        store32<Stream>(out + c, _mm256_setr_m128i(_mm_unpacklo_epi8(ce, co), _mm_unpackhi_epi8(ce, co)));
+      } else {
+        store32<Stream>(out + c, encode32<D, false>(a, _mm512_load_ps(mult + c), _mm512_load_ps(mult + c + 16), unused));
+      }
+    }
+  }
+}
+
+/// MXFP8 32x1 columnwise blocks of x [M, K] (M and K multiples of 32; fp32 and bf16): data [M, K], the
+/// E8M0 codes of rows [32 mb, 32 mb + 32) at scale[mb * scale_cols + k]. Chunks of mxfp8_columnwise_chunk
+/// columns of 32 rows, each prefetching the next (the next columns of the same rows, else the first of
+/// the next 32 rows). Stream: the codes with non-temporal stores where use_streaming_stores allows.
+template <fp8_dtype D, class T>
+TEQUANT_TARGET_AVX512 inline void mxfp8_columnwise(const T* x, std::size_t M, std::size_t K, std::uint8_t* data,
+                                                   std::uint8_t* scale, std::size_t scale_cols, bool stream) noexcept {
+  const bool st = avx2::use_streaming_stores(stream, data, K);
+  constexpr std::size_t N = mxfp8_columnwise_chunk;
+  for (std::size_t m0 = 0; m0 < M; m0 += 32) {
+    for (std::size_t c0 = 0; c0 < K; c0 += N) {
+      const std::size_t w = K - c0 < N ? K - c0 : N;
+      const T* next = nullptr;
+      std::size_t nw = 0;
+      if (c0 + w < K) {
+        next = x + m0 * K + c0 + w;
+        nw = K - c0 - w < N ? K - c0 - w : N;
+      } else if (m0 + 32 < M) {
+        next = x + (m0 + 32) * K;
+        nw = K < N ? K : N;
+      }
+      const T* src = x + m0 * K + c0;
+      std::uint8_t* dst = data + m0 * K + c0;
+      std::uint8_t* sc = scale + m0 / 32 * scale_cols + c0;
+      if (st) mxfp8_columnwise_rows<D, true>(src, K, w, dst, sc, next, nw);
+      else mxfp8_columnwise_rows<D, false>(src, K, w, dst, sc, next, nw);
+    }
+  }
+  if (st) avx2::stream_fence();
 }
 
 }  // namespace avx512

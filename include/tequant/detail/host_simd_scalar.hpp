@@ -119,6 +119,14 @@ inline void mxfp8_columnwise_scalar(const T* x, std::size_t K, std::uint8_t* dat
   }
 }
 
+/// mxfp8_columnwise_scalar of each 32-row block of x [M, K] (M a multiple of 32): the E8M0 codes of
+/// rows [32 mb, 32 mb + 32) at scale[mb * scale_cols + k].
+template <fp8_dtype D, class T>
+inline void mxfp8_columnwise_scalar(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, std::uint8_t* scale,
+                                    std::size_t scale_cols) noexcept {
+  for (std::size_t m0 = 0; m0 < M; m0 += 32) mxfp8_columnwise_scalar<D>(x + m0 * K, K, data + m0 * K, scale + m0 / 32 * scale_cols);
+}
+
 /// FP8 block scaling of one 1xlen tile (len <= 128): scale_from_amax, cast; returns the scale.
 template <fp8_dtype D, class T>
 inline float block_tile_scalar(const T* src, std::size_t len, std::uint8_t* dst, bool pow2, float eps,

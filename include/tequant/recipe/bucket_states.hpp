@@ -25,12 +25,13 @@ namespace detail {
 template <class R, class Backend>
 inline constexpr bool has_state = requires { typename R::template state_for<Backend>; };
 
-/// The non-empty buckets of one direction, as a range of their states (what a recipe's update sees).
+/// The non-empty buckets of one direction, as a range of their states (what a recipe's update sees),
+/// in ascending group order (`order`: the slot table's list of that direction's buckets).
 template <class S>
 class direction_buckets {
  public:
-  direction_buckets(std::span<S> states, std::span<const bucket_info> infos, direction dir) noexcept
-      : states_(states), infos_(infos), dir_(dir) {}
+  direction_buckets(std::span<S> states, std::span<const bucket_info> infos, std::span<const std::uint32_t> order) noexcept
+      : states_(states), infos_(infos), order_(order) {}
 
   class iterator {
    public:
@@ -38,7 +39,7 @@ class direction_buckets {
     using difference_type = std::ptrdiff_t;
     iterator() = default;
     iterator(const direction_buckets* r, std::size_t i) noexcept : r_(r), i_(i) { skip(); }
-    S& operator*() const noexcept { return r_->states_[i_]; }
+    S& operator*() const noexcept { return r_->states_[r_->order_[i_]]; }
     iterator& operator++() noexcept {
       ++i_;
       skip();
@@ -53,19 +54,19 @@ class direction_buckets {
 
    private:
     void skip() noexcept {
-      while (i_ < r_->states_.size() && (r_->infos_[i_].dir != r_->dir_ || r_->infos_[i_].slots == 0)) ++i_;
+      while (i_ < r_->order_.size() && r_->infos_[r_->order_[i_]].slots == 0) ++i_;
     }
     const direction_buckets* r_ = nullptr;
     std::size_t i_ = 0;
   };
 
   iterator begin() const noexcept { return {this, 0}; }
-  iterator end() const noexcept { return {this, states_.size()}; }
+  iterator end() const noexcept { return {this, order_.size()}; }
 
  private:
   std::span<S> states_;
   std::span<const bucket_info> infos_;
-  direction dir_;
+  std::span<const std::uint32_t> order_;
 };
 
 /// Distributed comms (mpi_comm, nccl_comm) can check, with one small collective per group, that every
@@ -129,27 +130,18 @@ class bucket_states {
     std::uint64_t collectives = 0;
     if (R::reduces_amax(params_)) {
       detail::verify_layout(comm, table, dir);
-      // Ascending group order, not creation order: ranks that first met modules of different groups
-      // in a different order must still enter the same collectives in the same order. A direction has
-      // at most one bucket per group.
+      // Ascending group order (the table keeps each direction's list), not creation order: ranks that
+      // first met modules of different groups in a different order must still enter the same
+      // collectives in the same order. A direction has at most one bucket per group.
       const auto buckets = table.buckets();
-      bool any = false;
-      std::uint32_t last = 0;
-      for (;;) {
-        std::size_t next = buckets.size();
-        for (std::size_t b = 0; b < buckets.size(); ++b) {
-          if (buckets[b].dir != dir || buckets[b].slots == 0 || (any && buckets[b].group <= last)) continue;
-          if (next == buckets.size() || buckets[b].group < buckets[next].group) next = b;
-        }
-        if (next == buckets.size()) break;
-        const std::span<float> staging = R::staging(states_[next]);
-        comm.all_reduce_max(staging.data(), staging.size(), buckets[next].group);
+      for (const std::uint32_t b : table.ordered(dir)) {
+        if (buckets[b].slots == 0) continue;
+        const std::span<float> staging = R::staging(states_[b]);
+        comm.all_reduce_max(staging.data(), staging.size(), buckets[b].group);
         ++collectives;
-        any = true;
-        last = buckets[next].group;
       }
     }
-    R::update(params_, dir, detail::direction_buckets<state_type>(states_, table.buckets(), dir));
+    R::update(params_, dir, detail::direction_buckets<state_type>(states_, table.buckets(), table.ordered(dir)));
     return collectives;
   }
 
