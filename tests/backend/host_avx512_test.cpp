@@ -145,3 +145,88 @@ TEST_CASE("bf16 MXFP8 rowwise: inf, NaN, zero and overflowing blocks, tails of b
       }
   }
 }
+
+namespace {
+
+/// A [M, K] matrix (at an offset of `off` elements) whose 128-wide tiles are of mixed kinds: random
+/// magnitudes over the whole exponent range, inf, NaN (both signs), zero, tiny (scale overflows to
+/// value_for_inf), and values near the largest floats.
+template <class T>
+std::vector<T> block_matrix(std::mt19937& rng, std::size_t M, std::size_t K, std::size_t off) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<T> x(off + M * K);
+  std::vector<unsigned> kind((K + 127) / 128 * ((M + 127) / 128 + M));
+  for (auto& k : kind) k = static_cast<unsigned>(rng() % 10);
+  for (std::size_t m = 0; m < M; ++m)
+    for (std::size_t k = 0; k < K; ++k) {
+      // Row m's 1x128 tiles and its 128x128 tiles both see the kinds (a row-dependent and a block one).
+      const unsigned kd = (rng() % 4 == 0) ? kind[(m / 128) * ((K + 127) / 128) + k / 128] : kind[k / 128 + (K + 127) / 128 * (m % 7)];
+      const int ex = static_cast<int>(rng() % 250) - 125;
+      float v = std::ldexp(std::uniform_real_distribution<float>(-2.0f, 2.0f)(rng), ex);
+      const unsigned r = static_cast<unsigned>(rng() % 256);
+      if (kd == 0 && r == 0) v = (rng() % 2) ? inf : -inf;
+      if (kd == 1 && r < 3) v = (rng() % 2) ? nan : -nan;
+      if (kd == 2) v = (r < 128) ? 0.0f : -0.0f;
+      if (kd == 3) v = std::ldexp(std::uniform_real_distribution<float>(-2.0f, 2.0f)(rng), 126);
+      if (kd == 4) v = std::ldexp(v, -140 - ex);  // tiny: fp8_max / amax overflows
+      if (kd == 5) v = std::ldexp(v, -ex);       // magnitudes around 1
+      if constexpr (std::is_same_v<T, float>) x[off + m * K + k] = v;
+      else x[off + m * K + k] = tequant::to_bf16(v);
+    }
+  return x;
+}
+
+template <class T>
+void check_block_kernels(std::size_t M, std::size_t K, std::size_t xoff, std::size_t doff, std::mt19937& rng) {
+  const std::vector<T> x = block_matrix<T>(rng, M, K, xoff);
+  const std::size_t KB = (K + 127) / 128, MB = (M + 127) / 128;
+  const float inf = std::numeric_limits<float>::infinity();
+  // (pow2, eps, value_for_inf): inf and 0 scales (value_for_inf inf, eps inf) take the AVX2 encoder.
+  const struct { bool pow2; float eps, vinf; } params[] = {{false, 0.0f, std::numeric_limits<float>::max()},
+                                                           {true, 0.0f, 1.0f},
+                                                           {false, 1e-3f, inf},
+                                                           {false, inf, 1.0f},
+                                                           {true, 0x1p-100f, 0x1p100f}};
+  for (const auto& p : params)
+    for (const bool stream : {false, true})
+      for (const auto d : {fp8_dtype::e4m3, fp8_dtype::e5m2}) {
+        CAPTURE(M);
+        CAPTURE(K);
+        CAPTURE(xoff);
+        CAPTURE(doff);
+        CAPTURE(p.eps);
+        CAPTURE(p.vinf);
+        CAPTURE(stream);
+        std::vector<std::uint8_t> data(doff + M * K + 1, 0xAB), want(M * K + 1, 0);
+        std::vector<float> si(KB * (M + 2), -7.0f), want_si(KB * (M + 2), -7.0f);
+        std::vector<std::uint8_t> data2(doff + M * K + 1, 0xAB), want2(M * K + 1, 0);
+        std::vector<float> s2(MB * KB, -7.0f), want_s2(MB * KB, -7.0f);
+        tequant::detail::with_dtype(d, [&]<fp8_dtype D>() {
+          detail::block_rowwise_host<D>(x.data() + xoff, M, K, data.data() + doff, si.data(), M + 2, p.pow2, p.eps, p.vinf, stream);
+          detail::block_rowwise_scalar<D>(x.data() + xoff, M, K, want.data(), want_si.data(), M + 2, p.pow2, p.eps, p.vinf);
+          detail::block_2d_host<D>(x.data() + xoff, M, K, data2.data() + doff, s2.data(), p.pow2, p.eps, p.vinf, stream);
+          detail::block_2d_scalar<D>(x.data() + xoff, M, K, want2.data(), want_s2.data(), p.pow2, p.eps, p.vinf);
+        });
+        CHECK(std::memcmp(data.data() + doff, want.data(), M * K) == 0);
+        CHECK(data[doff + M * K] == 0xAB);
+        CHECK(std::memcmp(si.data(), want_si.data(), si.size() * sizeof(float)) == 0);
+        CHECK(std::memcmp(data2.data() + doff, want2.data(), M * K) == 0);
+        CHECK(data2[doff + M * K] == 0xAB);
+        CHECK(std::memcmp(s2.data(), want_s2.data(), s2.size() * sizeof(float)) == 0);
+      }
+}
+
+}  // namespace
+
+TEST_CASE("FP8 block scaling 1x128 and 128x128, fp32 and bf16: special tiles, tails, misaligned [" TEQUANT_TEST_VARIANT "]") {
+  std::mt19937 rng(31);
+  // K: one tile, one group of eight, groups plus full and partial tiles; M: partial row blocks.
+  const std::size_t shapes[][2] = {{1, 128}, {3, 1024}, {130, 1024 + 128 + 37}, {257, 2048 + 5}, {129, 100}, {5, 3 * 1024 + 256}};
+  for (const auto& s : shapes) {
+    check_block_kernels<float>(s[0], s[1], 0, 0, rng);
+    check_block_kernels<bf16>(s[0], s[1], 0, 0, rng);
+  }
+  check_block_kernels<float>(131, 2048 + 160, 1, 3, rng);  // misaligned input and output (no streaming)
+  check_block_kernels<bf16>(131, 2048 + 160, 1, 16, rng);  // misaligned input; output 16-byte aligned, K % 16 == 0 (streams)
+}
+

@@ -71,9 +71,15 @@ inline bool host_has_avx512() noexcept {
     if constexpr (std::is_same_v<T, bf16>) {          \
       if (host_has_avx512()) return avx512::call;     \
     }
+// The block-scaling casts have AVX-512 versions for fp32 and bf16.
+#  define TEQUANT_HOST_DISPATCH_AVX512_BLOCK(T, call)                                \
+    if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, float>) {             \
+      if (host_has_avx512()) return avx512::call;                                     \
+    }
 #else
 #  define TEQUANT_HOST_DISPATCH(T, call)
 #  define TEQUANT_HOST_DISPATCH_AVX512_BF16(T, call)
+#  define TEQUANT_HOST_DISPATCH_AVX512_BLOCK(T, call)
 #endif
 
 // The entry points declared in host_kernels.hpp (documented there).
@@ -127,6 +133,7 @@ void mxfp8_columnwise_host(const T* x, std::size_t K, std::uint8_t* data, std::u
 template <fp8_dtype D, class T>
 void block_rowwise_host(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, float* scale_inv,
                         std::size_t scale_stride, bool pow2, float eps, float value_for_inf, [[maybe_unused]] bool stream) noexcept {
+  TEQUANT_HOST_DISPATCH_AVX512_BLOCK(T, block_rowwise<D>(x, M, K, data, scale_inv, scale_stride, pow2, eps, value_for_inf, stream))
   TEQUANT_HOST_DISPATCH(T, block_rowwise<D>(x, M, K, data, scale_inv, scale_stride, pow2, eps, value_for_inf, stream))
   block_rowwise_scalar<D>(x, M, K, data, scale_inv, scale_stride, pow2, eps, value_for_inf);
 }
@@ -134,11 +141,13 @@ void block_rowwise_host(const T* x, std::size_t M, std::size_t K, std::uint8_t* 
 template <fp8_dtype D, class T>
 void block_2d_host(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, float* scale, bool pow2, float eps,
                    float value_for_inf, [[maybe_unused]] bool stream) noexcept {
+  TEQUANT_HOST_DISPATCH_AVX512_BLOCK(T, block_2d<D>(x, M, K, data, scale, pow2, eps, value_for_inf, stream))
   TEQUANT_HOST_DISPATCH(T, block_2d<D>(x, M, K, data, scale, pow2, eps, value_for_inf, stream))
   block_2d_scalar<D>(x, M, K, data, scale, pow2, eps, value_for_inf);
 }
 
 #undef TEQUANT_HOST_DISPATCH
 #undef TEQUANT_HOST_DISPATCH_AVX512_BF16
+#undef TEQUANT_HOST_DISPATCH_AVX512_BLOCK
 
 }  // namespace tequant::detail
