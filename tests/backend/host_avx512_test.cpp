@@ -155,12 +155,16 @@ template <class T>
 std::vector<T> block_matrix(std::mt19937& rng, std::size_t M, std::size_t K, std::size_t off) {
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
   std::vector<T> x(off + M * K);
-  std::vector<unsigned> kind((K + 127) / 128 * ((M + 127) / 128 + M));
-  for (auto& k : kind) k = static_cast<unsigned>(rng() % 10);
+  const std::size_t KB = (K + 127) / 128, MB = (M + 127) / 128;
+  std::vector<unsigned> kind2d(MB * KB), kind1d(M * KB);
+  for (auto& k : kind2d) k = static_cast<unsigned>(rng() % 10);
+  for (auto& k : kind1d) k = static_cast<unsigned>(rng() % 10);
   for (std::size_t m = 0; m < M; ++m)
     for (std::size_t k = 0; k < K; ++k) {
-      // Row m's 1x128 tiles and its 128x128 tiles both see the kinds (a row-dependent and a block one).
-      const unsigned kd = (rng() % 4 == 0) ? kind[(m / 128) * ((K + 127) / 128) + k / 128] : kind[k / 128 + (K + 127) / 128 * (m % 7)];
+      // Half of the 128x128 tiles are of one kind throughout (the 128x128 kernel sees every kind), the
+      // others of one kind per row (each 1x128 tile sees every kind).
+      const std::size_t mb = m / 128, kb = k / 128;
+      const unsigned kd = (mb + kb) % 2 == 0 ? kind2d[mb * KB + kb] : kind1d[m * KB + kb];
       const int ex = static_cast<int>(rng() % 250) - 125;
       float v = std::ldexp(std::uniform_real_distribution<float>(-2.0f, 2.0f)(rng), ex);
       const unsigned r = static_cast<unsigned>(rng() % 256);
@@ -168,7 +172,7 @@ std::vector<T> block_matrix(std::mt19937& rng, std::size_t M, std::size_t K, std
       if (kd == 1 && r < 3) v = (rng() % 2) ? nan : -nan;
       if (kd == 2) v = (r < 128) ? 0.0f : -0.0f;
       if (kd == 3) v = std::ldexp(std::uniform_real_distribution<float>(-2.0f, 2.0f)(rng), 126);
-      if (kd == 4) v = std::ldexp(v, -140 - ex);  // tiny: fp8_max / amax overflows
+      if (kd == 4) v = r < 8 ? 0.0f : std::ldexp(v, -140 - ex);  // tiny: fp8_max / amax overflows (0 * inf: NaN)
       if (kd == 5) v = std::ldexp(v, -ex);       // magnitudes around 1
       if constexpr (std::is_same_v<T, float>) x[off + m * K + k] = v;
       else x[off + m * K + k] = tequant::to_bf16(v);
@@ -181,10 +185,12 @@ void check_block_kernels(std::size_t M, std::size_t K, std::size_t xoff, std::si
   const std::vector<T> x = block_matrix<T>(rng, M, K, xoff);
   const std::size_t KB = (K + 127) / 128, MB = (M + 127) / 128;
   const float inf = std::numeric_limits<float>::infinity();
-  // (pow2, eps, value_for_inf): inf and 0 scales (value_for_inf inf, eps inf) take the AVX2 encoder.
+  // (pow2, eps, value_for_inf): inf and 0 scales (value_for_inf inf or 0, on the tiny tiles) take the AVX2 encoder.
   const struct { bool pow2; float eps, vinf; } params[] = {{false, 0.0f, std::numeric_limits<float>::max()},
                                                            {true, 0.0f, 1.0f},
-                                                           {false, 1e-3f, inf},
+                                                           {false, 1e-3f, 1.0f},
+                                                           {false, 0.0f, inf},
+                                                           {true, 0.0f, 0.0f},
                                                            {false, inf, 1.0f},
                                                            {true, 0x1p-100f, 0x1p100f}};
   for (const auto& p : params)
