@@ -107,12 +107,12 @@ TEST_CASE("bf16 cast: the streaming path (4 Mi elements, misaligned output) [" T
   check_scale_encode<fp8_dtype::e5m2>(x, 0, n, 1.0f, 0);
 }
 
-TEST_CASE("bf16 MXFP8 rowwise: inf, NaN, zero and overflowing blocks, tails of blocks [" TEQUANT_TEST_VARIANT "]") {
+TEST_CASE_TEMPLATE("MXFP8 rowwise (fp32, bf16): inf, NaN, zero and overflowing blocks, tails of blocks [" TEQUANT_TEST_VARIANT "]", T, float, bf16) {
   std::mt19937 rng(23);
   const float inf = std::numeric_limits<float>::infinity();
   for (const std::size_t KB : {std::size_t{1}, std::size_t{8}, std::size_t{19}, std::size_t{40}}) {
     const std::size_t M = 6, K = 32 * KB;
-    std::vector<bf16> x(M * K);
+    std::vector<T> x(M * K);
     for (std::size_t m = 0; m < M; ++m)
       for (std::size_t kb = 0; kb < KB; ++kb) {
         const unsigned kind = static_cast<unsigned>(rng() % 8);
@@ -126,10 +126,16 @@ TEST_CASE("bf16 MXFP8 rowwise: inf, NaN, zero and overflowing blocks, tails of b
           if (kind == 3) v = std::ldexp(v, 127 - ex);  // amax near the largest floats: codes up to 254
           if (kind == 4 && r == 1) v = std::numeric_limits<float>::quiet_NaN();
           if (kind == 4 && r == 2) v = -inf;
-          x[m * K + kb * 32 + t] = tequant::to_bf16(v);
+          if constexpr (std::is_same_v<T, float>) x[m * K + kb * 32 + t] = v;
+          else x[m * K + kb * 32 + t] = tequant::to_bf16(v);
         }
-        if (kind == 5) x[m * K + kb * 32 + rng() % 32] = from_bits(0x7F80);  // inf among finite values
-        if (kind == 6) x[m * K + kb * 32 + rng() % 32] = from_bits(0xFFC1);  // a negative NaN
+        if constexpr (std::is_same_v<T, float>) {
+          if (kind == 5) x[m * K + kb * 32 + rng() % 32] = inf;  // inf among finite values
+          if (kind == 6) x[m * K + kb * 32 + rng() % 32] = -std::numeric_limits<float>::quiet_NaN();
+        } else {
+          if (kind == 5) x[m * K + kb * 32 + rng() % 32] = from_bits(0x7F80);  // inf among finite values
+          if (kind == 6) x[m * K + kb * 32 + rng() % 32] = from_bits(0xFFC1);  // a negative NaN
+        }
       }
     for (const bool stream : {false, true})
       for (const auto d : {fp8_dtype::e4m3, fp8_dtype::e5m2}) {

@@ -71,7 +71,7 @@ inline bool host_has_avx512() noexcept {
     if constexpr (std::is_same_v<T, bf16>) {          \
       if (host_has_avx512()) return avx512::call;     \
     }
-// The block-scaling casts have AVX-512 versions for fp32 and bf16.
+// The block-scaling and MXFP8 rowwise casts have AVX-512 versions for fp32 and bf16.
 #  define TEQUANT_HOST_DISPATCH_AVX512_BLOCK(T, call)                                \
     if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, float>) {             \
       if (host_has_avx512()) return avx512::call;                                     \
@@ -119,7 +119,7 @@ void column_amax_host(const T* x, std::size_t n, std::uint32_t* colmax) noexcept
 template <fp8_dtype D, class T>
 void mxfp8_rowwise_host(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, std::uint8_t* scale,
                         std::size_t scale_cols, [[maybe_unused]] bool stream) noexcept {
-  TEQUANT_HOST_DISPATCH_AVX512_BF16(T, mxfp8_rowwise<D>(x, M, K, data, scale, scale_cols, stream))
+  TEQUANT_HOST_DISPATCH_AVX512_BLOCK(T, mxfp8_rowwise<D>(x, M, K, data, scale, scale_cols, stream))
   TEQUANT_HOST_DISPATCH(T, mxfp8_rowwise<D>(x, M, K, data, scale, scale_cols, stream))
   mxfp8_rowwise_scalar<D>(x, M, K, data, scale, scale_cols);
 }
