@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// The AVX-512 bf16 casts (detail::avx512, chosen at run time where the CPU has AVX-512 F/BW/VL/DQ/VBMI)
+// The AVX-512 casts (detail::avx512, chosen at run time where the CPU has AVX-512 F/BW/VL/DQ/VBMI)
 // against the portable loops: every bf16 bit pattern times many scales (the scales that fall back to the
-// AVX2 kernels included), the amax pass, tails and misaligned pointers, the streaming path, and MXFP8 rows with inf,
-// NaN and zero blocks. Compiled twice: default flags (run-time dispatch) and -march=native (the AVX-512
-// kernels called directly where the build targets them). Elsewhere it checks the AVX2 or portable path.
+// AVX2 kernels included), the amax pass, tails and misaligned pointers, the streaming path, MXFP8 rows
+// (fp32 and bf16) with inf, NaN and zero blocks, and FP8 block scaling (1x128, 128x128; fp32 and
+// bf16). Compiled twice: default flags (run-time dispatch) and -march=native (the AVX-512 kernels
+// called directly where the build targets them). Elsewhere it checks the AVX2 or portable path.
 #include <doctest/doctest.h>
 
 #include <algorithm>

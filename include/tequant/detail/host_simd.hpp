@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Host inner loops: |x| max and x*scale -> FP8, bit-exact with format/fp8.hpp. This file chooses among
 // the portable loops (host_simd_scalar.hpp), the AVX2 + F16C kernels (host_simd_avx2.hpp) and the
-// AVX-512 bf16 kernels (host_simd_avx512.hpp) at run time, and defines host_kernels.hpp's entry points.
+// AVX-512 kernels (host_simd_avx512.hpp: bf16 casts, block scaling, MXFP8 rowwise) at run time, and
+// defines host_kernels.hpp's entry points.
 //
 // GCC 12 does not vectorise a float max reduction without finite-math flags (which would break the
 // NaN/inf rules), nor the branchy FP8 encoder. So on x86 with g++/clang every kernel has an AVX2 + F16C

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The AVX-512 bf16 host kernels (x86 with g++/clang, chosen at run time by host_simd.hpp); the
-// cases they leave (scales that are not finite and > 0, MXFP8 blocks with code 254) go to the AVX2 ones.
+// The AVX-512 host kernels (x86 with g++/clang, chosen at run time by host_simd.hpp): the bf16 casts,
+// and the FP8 block-scaling and MXFP8 rowwise casts of fp32 and bf16; the cases they leave (scales
+// that are not finite and > 0, MXFP8 blocks with code 254) go to the AVX2 ones.
 #pragma once
 #include <cstddef>
 #include <cstdint>
