@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// The AVX-512 bf16 casts (detail::avx512, chosen at run time where the CPU has AVX-512 F/BW/VL/DQ/VBMI)
+// The AVX-512 casts (detail::avx512, chosen at run time where the CPU has AVX-512 F/BW/VL/DQ/VBMI)
 // against the portable loops: every bf16 bit pattern times many scales (the scales that fall back to the
-// AVX2 kernels included), the amax pass, tails and misaligned pointers, the streaming path, and MXFP8 rows with inf,
-// NaN and zero blocks; the MXFP8 columnwise kernels of fp32 and bf16 (AVX-512 and AVX2 each called
-// directly, and through the dispatch) with such column blocks, several chunks and misaligned outputs. Compiled twice: default flags (run-time dispatch) and -march=native (the AVX-512
-// kernels called directly where the build targets them). Elsewhere it checks the AVX2 or portable path.
+// AVX2 kernels included), the amax pass, tails and misaligned pointers, the streaming path, MXFP8 rows
+// (fp32 and bf16) with inf, NaN and zero blocks; the MXFP8 columnwise kernels of fp32 and bf16 (AVX-512
+// and AVX2 each called directly, and through the dispatch) with such column blocks, several chunks and
+// misaligned outputs; FP8 block scaling (1x128, 128x128; fp32 and bf16). Compiled twice: default flags
+// (run-time dispatch) and -march=native (the AVX-512 kernels called directly where the build targets
+// them). Elsewhere it checks the AVX2 or portable path.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -108,12 +110,12 @@ TEST_CASE("bf16 cast: the streaming path (4 Mi elements, misaligned output) [" T
   check_scale_encode<fp8_dtype::e5m2>(x, 0, n, 1.0f, 0);
 }
 
-TEST_CASE("bf16 MXFP8 rowwise: inf, NaN, zero and overflowing blocks, tails of blocks [" TEQUANT_TEST_VARIANT "]") {
+TEST_CASE_TEMPLATE("MXFP8 rowwise (fp32, bf16): inf, NaN, zero and overflowing blocks, tails of blocks [" TEQUANT_TEST_VARIANT "]", T, float, bf16) {
   std::mt19937 rng(23);
   const float inf = std::numeric_limits<float>::infinity();
   for (const std::size_t KB : {std::size_t{1}, std::size_t{8}, std::size_t{19}, std::size_t{40}}) {
     const std::size_t M = 6, K = 32 * KB;
-    std::vector<bf16> x(M * K);
+    std::vector<T> x(M * K);
     for (std::size_t m = 0; m < M; ++m)
       for (std::size_t kb = 0; kb < KB; ++kb) {
         const unsigned kind = static_cast<unsigned>(rng() % 8);
@@ -127,10 +129,16 @@ TEST_CASE("bf16 MXFP8 rowwise: inf, NaN, zero and overflowing blocks, tails of b
           if (kind == 3) v = std::ldexp(v, 127 - ex);  // amax near the largest floats: codes up to 254
           if (kind == 4 && r == 1) v = std::numeric_limits<float>::quiet_NaN();
           if (kind == 4 && r == 2) v = -inf;
-          x[m * K + kb * 32 + t] = tequant::to_bf16(v);
+          if constexpr (std::is_same_v<T, float>) x[m * K + kb * 32 + t] = v;
+          else x[m * K + kb * 32 + t] = tequant::to_bf16(v);
         }
-        if (kind == 5) x[m * K + kb * 32 + rng() % 32] = from_bits(0x7F80);  // inf among finite values
-        if (kind == 6) x[m * K + kb * 32 + rng() % 32] = from_bits(0xFFC1);  // a negative NaN
+        if constexpr (std::is_same_v<T, float>) {
+          if (kind == 5) x[m * K + kb * 32 + rng() % 32] = inf;  // inf among finite values
+          if (kind == 6) x[m * K + kb * 32 + rng() % 32] = -std::numeric_limits<float>::quiet_NaN();
+        } else {
+          if (kind == 5) x[m * K + kb * 32 + rng() % 32] = from_bits(0x7F80);  // inf among finite values
+          if (kind == 6) x[m * K + kb * 32 + rng() % 32] = from_bits(0xFFC1);  // a negative NaN
+        }
       }
     for (const bool stream : {false, true})
       for (const auto d : {fp8_dtype::e4m3, fp8_dtype::e5m2}) {
@@ -235,3 +243,94 @@ TEST_CASE("MXFP8 columnwise fp32: inf, NaN, zero, subnormal and overflowing bloc
 TEST_CASE("MXFP8 columnwise bf16: inf, NaN, zero, subnormal and overflowing blocks, chunks, misaligned [" TEQUANT_TEST_VARIANT "]") {
   check_columnwise_kernels<bf16>();
 }
+
+namespace {
+
+/// A [M, K] matrix (at an offset of `off` elements) whose 128-wide tiles are of mixed kinds: random
+/// magnitudes over the whole exponent range, inf, NaN (both signs), zero, tiny (scale overflows to
+/// value_for_inf), and values near the largest floats.
+template <class T>
+std::vector<T> block_matrix(std::mt19937& rng, std::size_t M, std::size_t K, std::size_t off) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<T> x(off + M * K);
+  const std::size_t KB = (K + 127) / 128, MB = (M + 127) / 128;
+  std::vector<unsigned> kind2d(MB * KB), kind1d(M * KB);
+  for (auto& k : kind2d) k = static_cast<unsigned>(rng() % 10);
+  for (auto& k : kind1d) k = static_cast<unsigned>(rng() % 10);
+  for (std::size_t m = 0; m < M; ++m)
+    for (std::size_t k = 0; k < K; ++k) {
+      // Half of the 128x128 tiles are of one kind throughout (the 128x128 kernel sees every kind), the
+      // others of one kind per row (each 1x128 tile sees every kind).
+      const std::size_t mb = m / 128, kb = k / 128;
+      const unsigned kd = (mb + kb) % 2 == 0 ? kind2d[mb * KB + kb] : kind1d[m * KB + kb];
+      const int ex = static_cast<int>(rng() % 250) - 125;
+      float v = std::ldexp(std::uniform_real_distribution<float>(-2.0f, 2.0f)(rng), ex);
+      const unsigned r = static_cast<unsigned>(rng() % 256);
+      if (kd == 0 && r == 0) v = (rng() % 2) ? inf : -inf;
+      if (kd == 1 && r < 3) v = (rng() % 2) ? nan : -nan;
+      if (kd == 2) v = (r < 128) ? 0.0f : -0.0f;
+      if (kd == 3) v = std::ldexp(std::uniform_real_distribution<float>(-2.0f, 2.0f)(rng), 126);
+      if (kd == 4) v = r < 8 ? 0.0f : std::ldexp(v, -140 - ex);  // tiny: fp8_max / amax overflows (0 * inf: NaN)
+      if (kd == 5) v = std::ldexp(v, -ex);       // magnitudes around 1
+      if constexpr (std::is_same_v<T, float>) x[off + m * K + k] = v;
+      else x[off + m * K + k] = tequant::to_bf16(v);
+    }
+  return x;
+}
+
+template <class T>
+void check_block_kernels(std::size_t M, std::size_t K, std::size_t xoff, std::size_t doff, std::mt19937& rng) {
+  const std::vector<T> x = block_matrix<T>(rng, M, K, xoff);
+  const std::size_t KB = (K + 127) / 128, MB = (M + 127) / 128;
+  const float inf = std::numeric_limits<float>::infinity();
+  // (pow2, eps, value_for_inf): inf and 0 scales (value_for_inf inf or 0, on the tiny tiles) take the AVX2 encoder.
+  const struct { bool pow2; float eps, vinf; } params[] = {{false, 0.0f, std::numeric_limits<float>::max()},
+                                                           {true, 0.0f, 1.0f},
+                                                           {false, 1e-3f, 1.0f},
+                                                           {false, 0.0f, inf},
+                                                           {true, 0.0f, 0.0f},
+                                                           {false, inf, 1.0f},
+                                                           {true, 0x1p-100f, 0x1p100f}};
+  for (const auto& p : params)
+    for (const bool stream : {false, true})
+      for (const auto d : {fp8_dtype::e4m3, fp8_dtype::e5m2}) {
+        CAPTURE(M);
+        CAPTURE(K);
+        CAPTURE(xoff);
+        CAPTURE(doff);
+        CAPTURE(p.eps);
+        CAPTURE(p.vinf);
+        CAPTURE(stream);
+        std::vector<std::uint8_t> data(doff + M * K + 1, 0xAB), want(M * K + 1, 0);
+        std::vector<float> si(KB * (M + 2), -7.0f), want_si(KB * (M + 2), -7.0f);
+        std::vector<std::uint8_t> data2(doff + M * K + 1, 0xAB), want2(M * K + 1, 0);
+        std::vector<float> s2(MB * KB, -7.0f), want_s2(MB * KB, -7.0f);
+        tequant::detail::with_dtype(d, [&]<fp8_dtype D>() {
+          detail::block_rowwise_host<D>(x.data() + xoff, M, K, data.data() + doff, si.data(), M + 2, p.pow2, p.eps, p.vinf, stream);
+          detail::block_rowwise_scalar<D>(x.data() + xoff, M, K, want.data(), want_si.data(), M + 2, p.pow2, p.eps, p.vinf);
+          detail::block_2d_host<D>(x.data() + xoff, M, K, data2.data() + doff, s2.data(), p.pow2, p.eps, p.vinf, stream);
+          detail::block_2d_scalar<D>(x.data() + xoff, M, K, want2.data(), want_s2.data(), p.pow2, p.eps, p.vinf);
+        });
+        CHECK(std::memcmp(data.data() + doff, want.data(), M * K) == 0);
+        CHECK(data[doff + M * K] == 0xAB);
+        CHECK(std::memcmp(si.data(), want_si.data(), si.size() * sizeof(float)) == 0);
+        CHECK(std::memcmp(data2.data() + doff, want2.data(), M * K) == 0);
+        CHECK(data2[doff + M * K] == 0xAB);
+        CHECK(std::memcmp(s2.data(), want_s2.data(), s2.size() * sizeof(float)) == 0);
+      }
+}
+
+}  // namespace
+
+TEST_CASE("FP8 block scaling 1x128 and 128x128, fp32 and bf16: special tiles, tails, misaligned [" TEQUANT_TEST_VARIANT "]") {
+  std::mt19937 rng(31);
+  // K: one tile, one group of eight, groups plus full and partial tiles; M: partial row blocks.
+  const std::size_t shapes[][2] = {{1, 128}, {3, 1024}, {130, 1024 + 128 + 37}, {257, 2048 + 5}, {129, 100}, {5, 3 * 1024 + 256}};
+  for (const auto& s : shapes) {
+    check_block_kernels<float>(s[0], s[1], 0, 0, rng);
+    check_block_kernels<bf16>(s[0], s[1], 0, 0, rng);
+  }
+  check_block_kernels<float>(131, 2048 + 160, 1, 3, rng);  // misaligned input and output (no streaming)
+  check_block_kernels<bf16>(131, 2048 + 160, 1, 16, rng);  // misaligned input; output 16-byte aligned, K % 16 == 0 (streams)
+}
+

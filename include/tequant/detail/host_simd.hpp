@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Host inner loops: |x| max and x*scale -> FP8, bit-exact with format/fp8.hpp. This file chooses among
 // the portable loops (host_simd_scalar.hpp), the AVX2 + F16C kernels (host_simd_avx2.hpp) and the
-// AVX-512 kernels (host_simd_avx512.hpp: bf16 casts, MXFP8 columnwise of fp32 and bf16) at run time,
-// and defines host_kernels.hpp's entry points.
+// AVX-512 kernels (host_simd_avx512.hpp: bf16 casts, MXFP8 rowwise and columnwise, block scaling)
+// at run time, and defines host_kernels.hpp's entry points.
 //
 // GCC 12 does not vectorise a float max reduction without finite-math flags (which would break the
 // NaN/inf rules), nor the branchy FP8 encoder. So on x86 with g++/clang every kernel has an AVX2 + F16C
@@ -72,7 +72,7 @@ inline bool host_has_avx512() noexcept {
     if constexpr (std::is_same_v<T, bf16>) {          \
       if (host_has_avx512()) return avx512::call;     \
     }
-// The casts that have an AVX-512 version for fp32 and bf16.
+// The casts that have an AVX-512 version for fp32 and bf16 (MXFP8, block scaling).
 #  define TEQUANT_HOST_DISPATCH_AVX512(T, call)                           \
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>) { \
       if (host_has_avx512()) return avx512::call;                         \
@@ -120,7 +120,7 @@ void column_amax_host(const T* x, std::size_t n, std::uint32_t* colmax) noexcept
 template <fp8_dtype D, class T>
 void mxfp8_rowwise_host(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, std::uint8_t* scale,
                         std::size_t scale_cols, [[maybe_unused]] bool stream) noexcept {
-  TEQUANT_HOST_DISPATCH_AVX512_BF16(T, mxfp8_rowwise<D>(x, M, K, data, scale, scale_cols, stream))
+  TEQUANT_HOST_DISPATCH_AVX512(T, mxfp8_rowwise<D>(x, M, K, data, scale, scale_cols, stream))
   TEQUANT_HOST_DISPATCH(T, mxfp8_rowwise<D>(x, M, K, data, scale, scale_cols, stream))
   mxfp8_rowwise_scalar<D>(x, M, K, data, scale, scale_cols);
 }
@@ -138,6 +138,7 @@ void mxfp8_columnwise_host(const T* x, std::size_t M, std::size_t K, std::uint8_
 template <fp8_dtype D, class T>
 void block_rowwise_host(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, float* scale_inv,
                         std::size_t scale_stride, bool pow2, float eps, float value_for_inf, [[maybe_unused]] bool stream) noexcept {
+  TEQUANT_HOST_DISPATCH_AVX512(T, block_rowwise<D>(x, M, K, data, scale_inv, scale_stride, pow2, eps, value_for_inf, stream))
   TEQUANT_HOST_DISPATCH(T, block_rowwise<D>(x, M, K, data, scale_inv, scale_stride, pow2, eps, value_for_inf, stream))
   block_rowwise_scalar<D>(x, M, K, data, scale_inv, scale_stride, pow2, eps, value_for_inf);
 }
@@ -145,6 +146,7 @@ void block_rowwise_host(const T* x, std::size_t M, std::size_t K, std::uint8_t* 
 template <fp8_dtype D, class T>
 void block_2d_host(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, float* scale, bool pow2, float eps,
                    float value_for_inf, [[maybe_unused]] bool stream) noexcept {
+  TEQUANT_HOST_DISPATCH_AVX512(T, block_2d<D>(x, M, K, data, scale, pow2, eps, value_for_inf, stream))
   TEQUANT_HOST_DISPATCH(T, block_2d<D>(x, M, K, data, scale, pow2, eps, value_for_inf, stream))
   block_2d_scalar<D>(x, M, K, data, scale, pow2, eps, value_for_inf);
 }

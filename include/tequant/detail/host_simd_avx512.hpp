@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The AVX-512 bf16 host kernels and the MXFP8 columnwise kernel of fp32 and bf16 (x86 with g++/clang,
-// chosen at run time by host_simd.hpp); the cases the bf16 casts leave (scales that are not finite
-// and > 0, rowwise MXFP8 blocks with code 254) go to the AVX2 ones.
+// The AVX-512 host kernels (x86 with g++/clang, chosen at run time by host_simd.hpp): the bf16 casts,
+// and the MXFP8 (rowwise, columnwise) and FP8 block-scaling casts of fp32 and bf16; the cases they
+// leave (scales that are not finite and > 0, MXFP8 rowwise blocks with code 254) go to the AVX2 ones.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -189,23 +189,69 @@ TEQUANT_TARGET_AVX512_INLINE inline __m256i group_keys8(const bf16* p) noexcept 
   return block_keys8(k);
 }
 
-/// avx2::mxfp8_rowwise_run for bf16: eight blocks' amaxes, their codes and multipliers 8-wide, each
+/// Byte k (k < 32) = byte 4k + Byte of the 32-bit lanes of a (k < 16) and b (k >= 16); vpermt2b index.
+template <int Byte>
+TEQUANT_TARGET_AVX512_INLINE inline __m512i lane_byte_index() noexcept {
+  // Bytes 0-31 of the index: 4k + Byte (k < 16 picks from a, 64 + 4(k - 16) + Byte = 4k + Byte from b).
+  return _mm512_add_epi8(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0x7C787470, 0x6C686460, 0x5C585450, 0x4C484440,
+                                          0x3C383430, 0x2C282420, 0x1C181410, 0x0C080400),
+                         _mm512_set1_epi8(static_cast<char>(Byte)));
+}
+
+/// Codes of the 32 floats in a (elements 0-15) and b (16-31) times s (finite, > 0), in order.
+template <fp8_dtype D>
+TEQUANT_TARGET_AVX512_INLINE inline __m256i encode32f(__m512 a, __m512 b, __m512 s) noexcept {
+  const __m512i ca = code_low_bytes16<D>(_mm512_mul_ps(a, s));
+  const __m512i cb = code_low_bytes16<D>(_mm512_mul_ps(b, s));
+  const __m256i codes = _mm512_castsi512_si256(_mm512_permutex2var_epi8(ca, lane_byte_index<0>(), cb));
+  const __m256i signs = _mm512_castsi512_si256(
+      _mm512_permutex2var_epi8(_mm512_castps_si512(a), lane_byte_index<3>(), _mm512_castps_si512(b)));
+  const __mmask32 nan = _mm512_kunpackw(_mm512_cmp_ps_mask(b, b, _CMP_UNORD_Q), _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q));
+  // codes | (signs & 0x80), then NaN -> 0x7F (y = x * s is NaN exactly where x is, and of x's sign).
+  const __m256i r = _mm256_ternarylogic_epi32(codes, signs, _mm256_set1_epi8(static_cast<char>(0x80)), 0xF8);
+  return _mm256_mask_blend_epi8(nan, r, _mm256_set1_epi8(0x7F));
+}
+
+/// group_keys8 for fp32: NaN-skipping float maxima (maxps returns its second operand on NaN) as bits.
+TEQUANT_TARGET_AVX512_INLINE inline __m256i group_keys8(const float* p) noexcept {
+  __m512i k[8];
+  for (int b = 0; b < 8; ++b) {
+    const __m512 m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(p + b * 32)), _mm512_setzero_ps());
+    k[b] = _mm512_castps_si512(_mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(p + b * 32 + 16)), m));
+  }
+  __m256i h[8];
+  for (int b = 0; b < 8; ++b) h[b] = _mm256_max_epu32(_mm512_castsi512_si256(k[b]), _mm512_extracti64x4_epi64(k[b], 1));
+  return avx2::transpose_max8(h);
+}
+
+/// The codes of the 32 elements at p times s (finite, > 0).
+template <fp8_dtype D, class T>
+TEQUANT_TARGET_AVX512_INLINE inline __m256i encode32_at(const T* p, __m512 s) noexcept {
+  if constexpr (std::is_same_v<T, bf16>) {
+    __m512i unused = _mm512_setzero_si512();
+    return encode32<D, false>(_mm512_loadu_si512(p), s, unused);
+  } else {
+    return encode32f<D>(_mm512_loadu_ps(p), _mm512_loadu_ps(p + 16), s);
+  }
+}
+
+/// avx2::mxfp8_rowwise_run for bf16 and fp32: eight blocks' amaxes, their codes and multipliers 8-wide, each
 /// block cast from L1. Software-pipelined: the next group's amaxes are computed before this group is
 /// cast (they do not depend on it), so the out-of-order core overlaps the reduction with the cast
 /// instead of waiting on its dependency chain (measured from L2: 0.200 -> 0.185 ns per element).
-template <fp8_dtype D, bool Stream>
-TEQUANT_TARGET_AVX512 inline void mxfp8_rowwise_run(const bf16* x, std::size_t M, std::size_t K, std::uint8_t* data,
+template <fp8_dtype D, bool Stream, class T>
+TEQUANT_TARGET_AVX512 inline void mxfp8_rowwise_run(const T* x, std::size_t M, std::size_t K, std::uint8_t* data,
                                                     std::uint8_t* scale, std::size_t scale_cols) noexcept {
-  constexpr std::size_t ahead = avx2::prefetch_ahead(8 * 32 * sizeof(bf16));
+  constexpr std::size_t ahead = avx2::prefetch_ahead(8 * 32 * sizeof(T));
   const std::size_t KB = K / 32, groups = KB / 8;
   for (std::size_t m = 0; m < M; ++m) {
-    const bf16* src = x + m * K;
+    const T* src = x + m * K;
     std::uint8_t* dst = data + m * K;
     std::uint8_t* sc = scale + m * scale_cols;
     __m256i keys = groups ? group_keys8(src) : _mm256_setzero_si256();
     for (std::size_t g = 0; g < groups; ++g) {
       const std::size_t kb = g * 8;
-      const bf16* p = src + kb * 32;
+      const T* p = src + kb * 32;
       const __m256i e = avx2::e8m0_codes8<D>(keys);
       avx2::store8_bytes(sc + kb, e);
       const __m256 mult = avx2::e8m0_multipliers8(e);
@@ -213,24 +259,23 @@ TEQUANT_TARGET_AVX512 inline void mxfp8_rowwise_run(const bf16* x, std::size_t M
       // Code 254 (an inf or overflowing block) has multiplier 0, where inf * 0 is NaN: the AVX2 cast.
       const unsigned zero_mult = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(e, _mm256_set1_epi32(254)))));
       const __m512 mult16 = _mm512_castps256_ps512(mult);
-      __m512i unused = _mm512_setzero_si512();
       if (zero_mult == 0) {  // the common case, unrolled: no branches, constants kept in registers
 #  if !defined(__CUDACC__)  // nvcc's front end does not know the pragma (its own unroll is for device code)
 #    pragma GCC unroll 8
 #  endif
         for (int b = 0; b < 8; ++b) {
-          avx2::prefetch_bytes(p + b * 32 + ahead / sizeof(bf16), 32 * sizeof(bf16));
+          avx2::prefetch_bytes(p + b * 32 + ahead / sizeof(T), 32 * sizeof(T));
           const __m512 sb = _mm512_permutexvar_ps(_mm512_set1_epi32(b), mult16);
-          store32<Stream>(dst + kb * 32 + b * 32, encode32<D, false>(_mm512_loadu_si512(p + b * 32), sb, unused));
+          store32<Stream>(dst + kb * 32 + b * 32, encode32_at<D>(p + b * 32, sb));
         }
       } else {
         for (int b = 0; b < 8; ++b) {
-          avx2::prefetch_bytes(p + b * 32 + ahead / sizeof(bf16), 32 * sizeof(bf16));
+          avx2::prefetch_bytes(p + b * 32 + ahead / sizeof(T), 32 * sizeof(T));
           if ((zero_mult >> b) & 1u) {
             avx2::encode32<D, Stream>(p + b * 32, avx2::lane(mult, b), dst + kb * 32 + b * 32);
           } else {
             const __m512 sb = _mm512_permutexvar_ps(_mm512_set1_epi32(b), mult16);
-            store32<Stream>(dst + kb * 32 + b * 32, encode32<D, false>(_mm512_loadu_si512(p + b * 32), sb, unused));
+            store32<Stream>(dst + kb * 32 + b * 32, encode32_at<D>(p + b * 32, sb));
           }
         }
       }
@@ -243,8 +288,8 @@ TEQUANT_TARGET_AVX512 inline void mxfp8_rowwise_run(const bf16* x, std::size_t M
   }
 }
 
-template <fp8_dtype D>
-TEQUANT_TARGET_AVX512 inline void mxfp8_rowwise(const bf16* x, std::size_t M, std::size_t K, std::uint8_t* data,
+template <fp8_dtype D, class T>
+TEQUANT_TARGET_AVX512 inline void mxfp8_rowwise(const T* x, std::size_t M, std::size_t K, std::uint8_t* data,
                                                 std::uint8_t* scale, std::size_t scale_cols, bool stream) noexcept {
   if (avx2::use_streaming_stores(stream, data, K)) {
     mxfp8_rowwise_run<D, true>(x, M, K, data, scale, scale_cols);
@@ -410,6 +455,200 @@ TEQUANT_TARGET_AVX512 inline void mxfp8_columnwise(const T* x, std::size_t M, st
       if (st) mxfp8_columnwise_rows<D, true>(src, K, w, dst, sc, next, nw);
       else mxfp8_columnwise_rows<D, false>(src, K, w, dst, sc, next, nw);
     }
+  }
+  if (st) avx2::stream_fence();
+}
+
+// ---- FP8 block scaling (1x128 and 128x128 tiles), fp32 and bf16 ----------------------------------
+//
+// The AVX2 block kernels spend 93 instructions per 32 bf16 (76 for fp32) in the cast and are bound by
+// them. These cast with the encoder above (bf16: encode32; fp32: encode32f, 16 lanes per vector, the
+// codes and sign bytes gathered by one vpermt2b each) and take the tile amaxes 16 lanes at a time
+// (bf16: 16-bit keys, 32 per instruction; fp32: NaN-skipping float maxima). The scales are avx2's
+// block_scales8 (the same IEEE operations); a tile whose scale is not finite and > 0 (value_for_inf
+// inf or 0, or amax below eps with a huge eps) takes avx2::encode32. Chosen at run time for fp32 too,
+// so the portable build (AVX2 baseline not assumed) gets them on AVX-512 CPUs.
+
+/// Whether s is finite and > 0 (the AVX-512 encoders' condition).
+inline bool encodable_scale(float s) noexcept { return s > 0.0f && s <= 3.40282347e38f; }
+
+/// out[0..128) = fp8(p[0..128) * s): the AVX-512 encoders when s allows them, else avx2::encode32.
+template <fp8_dtype D, bool Stream, class T>
+TEQUANT_TARGET_AVX512_INLINE inline void tile_cast128(const T* p, __m512 s, bool ok, std::uint8_t* out) noexcept {
+  if (ok) {
+    __m512i unused = _mm512_setzero_si512();
+    for (int q = 0; q < 4; ++q) {
+      if constexpr (std::is_same_v<T, bf16>) {
+        store32<Stream>(out + q * 32, encode32<D, false>(_mm512_loadu_si512(p + q * 32), s, unused));
+      } else {
+        store32<Stream>(out + q * 32, encode32f<D>(_mm512_loadu_ps(p + q * 32), _mm512_loadu_ps(p + q * 32 + 16), s));
+      }
+    }
+  } else {
+    const __m256 s8 = _mm512_castps512_ps256(s);
+    for (int q = 0; q < 4; ++q) avx2::encode32<D, Stream>(p + q * 32, s8, out + q * 32);
+  }
+}
+
+/// max(m, the keys of the 128 elements at p), 16 lanes: bf16 16-bit keys (max_keys16, two lanes per
+/// 32-bit lane), fp32 NaN-skipping float maxima (maxps returns its second operand on NaN) as bits.
+template <class T>
+TEQUANT_TARGET_AVX512_INLINE inline __m512i tile_keys128(const T* p, __m512i m) noexcept {
+  if constexpr (std::is_same_v<T, bf16>) {
+    const __m512i a = max_keys16(max_keys16(m, _mm512_loadu_si512(p)), _mm512_loadu_si512(p + 32));
+    const __m512i b = max_keys16(max_keys16(_mm512_setzero_si512(), _mm512_loadu_si512(p + 64)), _mm512_loadu_si512(p + 96));
+    return _mm512_max_epu16(a, b);
+  } else {
+    __m512 a = _mm512_castsi512_ps(m), b = _mm512_setzero_ps();
+    for (int j = 0; j < 8; j += 2) {
+      a = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(p + 16 * j)), a);
+      b = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(p + 16 * j + 16)), b);
+    }
+    return _mm512_castps_si512(_mm512_max_ps(a, b));
+  }
+}
+
+/// The amax key (32-bit, as avx2's) of tile_keys128's accumulator.
+template <class T>
+TEQUANT_TARGET_AVX512_INLINE inline std::uint32_t tile_key(__m512i m) noexcept {
+  if constexpr (std::is_same_v<T, bf16>) return hmax_key16(m);
+  else return _mm512_reduce_max_epu32(m);  // non-negative, non-NaN floats order as their bits
+}
+
+/// Lane b = the amax key of k[b] (eight tiles).
+template <class T>
+TEQUANT_TARGET_AVX512_INLINE inline __m256i tile_keys8(__m512i* k) noexcept {
+  if constexpr (std::is_same_v<T, bf16>) {
+    return block_keys8(k);
+  } else {
+    __m256i h[8];
+    for (int b = 0; b < 8; ++b) h[b] = _mm256_max_epu32(_mm512_castsi512_si256(k[b]), _mm512_extracti64x4_epi64(k[b], 1));
+    return avx2::transpose_max8(h);
+  }
+}
+
+template <class T>
+TEQUANT_TARGET_AVX512_INLINE inline __m256i group_tile_keys8(const T* p) noexcept {
+  __m512i k[8];
+  for (int b = 0; b < 8; ++b) k[b] = tile_keys128(p + b * 128, _mm512_setzero_si512());
+  return tile_keys8<T>(k);
+}
+
+/// avx2::block_rowwise_run with the AVX-512 amaxes and encoders, software-pipelined as
+/// mxfp8_rowwise_run: the next group's eight tile amaxes are taken before this group is cast.
+template <fp8_dtype D, bool Stream, class T>
+TEQUANT_TARGET_AVX512 inline void block_rowwise_run(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, float* scale_inv,
+                                                    std::size_t scale_stride, bool pow2, float eps, float value_for_inf) noexcept {
+  // Two groups ahead: the pipelined amax pass already reads the next group (measured native, load
+  // 1.3, x memcpy: one group ahead 1.05 / 0.82 fp32 / bf16, two 1.29 / 0.95, four 1.01 / 0.97).
+  constexpr std::size_t ahead = 2 * avx2::prefetch_ahead(8 * 128 * sizeof(T));
+  const std::size_t groups = K / 1024, full = groups * 1024;
+  for (std::size_t m = 0; m < M; ++m) {
+    const T* src = x + m * K;
+    std::uint8_t* dst = data + m * K;
+    __m256i keys = groups ? group_tile_keys8(src) : _mm256_setzero_si256();
+    for (std::size_t g = 0; g < groups; ++g) {
+      const std::size_t c0 = g * 1024;
+      const T* p = src + c0;
+      const __m256 s = avx2::block_scales8<D>(keys, pow2, eps, value_for_inf);
+      alignas(32) float inv[8];
+      _mm256_store_ps(inv, _mm256_div_ps(_mm256_set1_ps(1.0f), s));
+      for (int b = 0; b < 8; ++b) scale_inv[(c0 / 128 + static_cast<std::size_t>(b)) * scale_stride + m] = inv[b];
+      if (g + 1 < groups) keys = group_tile_keys8(p + 1024);
+      const unsigned ok = static_cast<unsigned>(_mm256_movemask_ps(_mm256_and_ps(
+          _mm256_cmp_ps(s, _mm256_setzero_ps(), _CMP_GT_OQ), _mm256_cmp_ps(s, _mm256_set1_ps(3.40282347e38f), _CMP_LE_OQ))));
+      const __m512 s16 = _mm512_castps256_ps512(s);
+      for (int b = 0; b < 8; ++b) {
+        avx2::prefetch_bytes(p + b * 128 + ahead / sizeof(T), 128 * sizeof(T));
+        tile_cast128<D, Stream>(p + b * 128, _mm512_permutexvar_ps(_mm512_set1_epi32(b), s16), (ok >> b) & 1u, dst + c0 + b * 128);
+      }
+    }
+    for (std::size_t c0 = full; c0 < K; c0 += 128) {
+      const std::size_t len = K - c0 < 128 ? K - c0 : 128;
+      const float s = scale_from_amax(bits_float(avx2::amax(src + c0, len)), fp8_max(D), pow2, eps, value_for_inf);
+      scale_inv[(c0 / 128) * scale_stride + m] = 1.0f / s;
+      avx2::scale_encode<D>(src + c0, len, s, dst + c0, false);
+    }
+  }
+}
+
+template <fp8_dtype D, class T>
+TEQUANT_TARGET_AVX512 inline void block_rowwise(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, float* scale_inv,
+                                                std::size_t scale_stride, bool pow2, float eps, float value_for_inf,
+                                                bool stream) noexcept {
+  if (avx2::use_streaming_stores(stream, data, K)) {
+    block_rowwise_run<D, true>(x, M, K, data, scale_inv, scale_stride, pow2, eps, value_for_inf);
+    avx2::stream_fence();
+  } else {
+    block_rowwise_run<D, false>(x, M, K, data, scale_inv, scale_stride, pow2, eps, value_for_inf);
+  }
+}
+
+/// avx2::block_2d_row_amax with 16-lane keys.
+template <class T>
+TEQUANT_TARGET_AVX512_INLINE inline void block_2d_row_amax(const T* p, std::size_t K, __m512i* keys, std::uint32_t& tail) noexcept {
+  const std::size_t full = K / 128;
+  for (std::size_t kb = 0; kb < full; ++kb) keys[kb] = tile_keys128(p + kb * 128, keys[kb]);
+  if (full * 128 < K) {
+    const std::uint32_t k = avx2::amax(p + full * 128, K - full * 128);
+    tail = k > tail ? k : tail;
+  }
+}
+
+/// avx2::block_2d_row_cast with the AVX-512 encoders (ok: bit kb = scale[kb] finite and > 0).
+template <fp8_dtype D, bool Stream, class T>
+TEQUANT_TARGET_AVX512_INLINE inline void block_2d_row_cast(const T* p, std::size_t K, const float* scale, const bool* ok,
+                                                           std::uint8_t* out) noexcept {
+  const std::size_t full = K / 128;
+  for (std::size_t kb = 0; kb < full; ++kb)
+    tile_cast128<D, Stream>(p + kb * 128, _mm512_set1_ps(scale[kb]), ok[kb], out + kb * 128);
+  if (full * 128 < K) avx2::scale_encode<D>(p + full * 128, K - full * 128, scale[full], out + full * 128, false);
+}
+
+/// avx2::block_2d_run (the same pipelining of each row block's amaxes with the cast of the one before).
+template <fp8_dtype D, bool Stream, class T>
+TEQUANT_TARGET_AVX512 inline void block_2d_run(const T* x, std::size_t M, std::size_t K, std::size_t ld, std::uint8_t* data,
+                                               float* scale, std::size_t scale_ld, bool pow2, float eps, float value_for_inf) noexcept {
+  constexpr std::size_t chunk = avx2::block_2d_chunk / 2;  // 64-byte keys: 8 KiB, as avx2's
+  static_assert(chunk % 128 == 0);
+  const std::size_t KB = (K + 127) / 128, full = K / 128, MB = (M + 127) / 128;
+  __m512i keys[chunk / 128];
+  bool ok[chunk / 128 + 1];
+  for (std::size_t mb = 0; mb < MB; ++mb) {
+    const std::size_t nr = M - mb * 128 < 128 ? M - mb * 128 : 128;
+    const bool cast = data && mb;  // the row block before (always 128 rows), with its scales
+    const float* sc = scale + (mb ? mb - 1 : 0) * scale_ld;
+    for (std::size_t kb = 0; kb < KB; ++kb) keys[kb] = _mm512_setzero_si512();
+    std::uint32_t tail = 0;
+    for (std::size_t r = 0; r < nr; ++r) {
+      block_2d_row_amax(x + (mb * 128 + r) * ld, K, keys, tail);
+      if (cast) block_2d_row_cast<D, Stream>(x + ((mb - 1) * 128 + r) * ld, K, sc, ok, data + ((mb - 1) * 128 + r) * ld);
+    }
+    if (cast)
+      for (std::size_t r = nr; r < 128; ++r)
+        block_2d_row_cast<D, Stream>(x + ((mb - 1) * 128 + r) * ld, K, sc, ok, data + ((mb - 1) * 128 + r) * ld);
+    for (std::size_t kb = 0; kb < KB; ++kb) {
+      const float s = scale_from_amax(bits_float(kb < full ? tile_key<T>(keys[kb]) : tail), fp8_max(D), pow2, eps, value_for_inf);
+      scale[mb * scale_ld + kb] = s;
+      ok[kb] = encodable_scale(s);
+    }
+  }
+  if (data && MB)  // the last row block: nothing left to read ahead
+    for (std::size_t m = (MB - 1) * 128; m < M; ++m)
+      block_2d_row_cast<D, Stream>(x + m * ld, K, scale + (MB - 1) * scale_ld, ok, data + m * ld);
+}
+
+template <fp8_dtype D, class T>
+TEQUANT_TARGET_AVX512 inline void block_2d(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, float* scale, bool pow2,
+                                           float eps, float value_for_inf, bool stream) noexcept {
+  constexpr std::size_t chunk = avx2::block_2d_chunk / 2;
+  const bool st = data && avx2::use_streaming_stores(stream, data, K);
+  const std::size_t KB = (K + 127) / 128;
+  for (std::size_t c0 = 0; c0 < K; c0 += chunk) {
+    const std::size_t w = K - c0 < chunk ? K - c0 : chunk;
+    std::uint8_t* out = data ? data + c0 : nullptr;
+    if (st) block_2d_run<D, true>(x + c0, M, w, K, out, scale + c0 / 128, KB, pow2, eps, value_for_inf);
+    else block_2d_run<D, false>(x + c0, M, w, K, out, scale + c0 / 128, KB, pow2, eps, value_for_inf);
   }
   if (st) avx2::stream_fence();
 }
