@@ -212,6 +212,14 @@ TEQUANT_TARGET_AVX512_INLINE inline __m256i encode32f(__m512 a, __m512 b, __m512
   return _mm256_mask_blend_epi8(nan, r, _mm256_set1_epi8(0x7F));
 }
 
+/// Lane b of the result = the largest 32-bit lane of k[b] (eight fp32 amax keys: non-negative,
+/// non-NaN floats as bits, which order as their values).
+TEQUANT_TARGET_AVX512_INLINE inline __m256i float_keys8(const __m512i* k) noexcept {
+  __m256i h[8];
+  for (int b = 0; b < 8; ++b) h[b] = _mm256_max_epu32(_mm512_castsi512_si256(k[b]), _mm512_extracti64x4_epi64(k[b], 1));
+  return avx2::transpose_max8(h);
+}
+
 /// group_keys8 for fp32: NaN-skipping float maxima (maxps returns its second operand on NaN) as bits.
 TEQUANT_TARGET_AVX512_INLINE inline __m256i group_keys8(const float* p) noexcept {
   __m512i k[8];
@@ -219,9 +227,7 @@ TEQUANT_TARGET_AVX512_INLINE inline __m256i group_keys8(const float* p) noexcept
     const __m512 m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(p + b * 32)), _mm512_setzero_ps());
     k[b] = _mm512_castps_si512(_mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(p + b * 32 + 16)), m));
   }
-  __m256i h[8];
-  for (int b = 0; b < 8; ++b) h[b] = _mm256_max_epu32(_mm512_castsi512_si256(k[b]), _mm512_extracti64x4_epi64(k[b], 1));
-  return avx2::transpose_max8(h);
+  return float_keys8(k);
 }
 
 /// The codes of the 32 elements at p times s (finite, > 0).
@@ -518,13 +524,8 @@ TEQUANT_TARGET_AVX512_INLINE inline std::uint32_t tile_key(__m512i m) noexcept {
 /// Lane b = the amax key of k[b] (eight tiles).
 template <class T>
 TEQUANT_TARGET_AVX512_INLINE inline __m256i tile_keys8(__m512i* k) noexcept {
-  if constexpr (std::is_same_v<T, bf16>) {
-    return block_keys8(k);
-  } else {
-    __m256i h[8];
-    for (int b = 0; b < 8; ++b) h[b] = _mm256_max_epu32(_mm512_castsi512_si256(k[b]), _mm512_extracti64x4_epi64(k[b], 1));
-    return avx2::transpose_max8(h);
-  }
+  if constexpr (std::is_same_v<T, bf16>) return block_keys8(k);
+  else return float_keys8(k);
 }
 
 template <class T>
