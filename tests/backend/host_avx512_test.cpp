@@ -110,6 +110,27 @@ TEST_CASE("bf16 cast: the streaming path (4 Mi elements, misaligned output) [" T
   check_scale_encode<fp8_dtype::e5m2>(x, 0, n, 1.0f, 0);
 }
 
+namespace {
+
+/// One element of a 32-element MXFP8 block of `kind` (exponent ex), the kinds both MXFP8 tests share:
+/// 0 an inf in the block (multiplier 0), 1 NaNs, 2 signed zeros, 3 amax near the largest floats
+/// (codes up to 254), 4 a NaN (negative when negative_nan) and -inf among finite values; other kinds
+/// ordinary values (which the callers may change further).
+float mx_block_value(unsigned kind, int ex, bool negative_nan, std::mt19937& rng) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  float v = std::ldexp(std::uniform_real_distribution<float>(-2.0f, 2.0f)(rng), ex);
+  const unsigned r = static_cast<unsigned>(rng() % 32);
+  if (kind == 0 && r == 0) v = (rng() % 2) ? inf : -inf;
+  if (kind == 1 && r < 3) v = nan;
+  if (kind == 2) v = (r < 16) ? 0.0f : -0.0f;
+  if (kind == 3) v = std::ldexp(v, 127 - ex);
+  if (kind == 4 && r == 1) v = negative_nan ? -nan : nan;
+  if (kind == 4 && r == 2) v = -inf;
+  return v;
+}
+
+}  // namespace
+
 TEST_CASE_TEMPLATE("MXFP8 rowwise (fp32, bf16): inf, NaN, zero and overflowing blocks, tails of blocks [" TEQUANT_TEST_VARIANT "]", T, float, bf16) {
   std::mt19937 rng(23);
   const float inf = std::numeric_limits<float>::infinity();
@@ -121,14 +142,7 @@ TEST_CASE_TEMPLATE("MXFP8 rowwise (fp32, bf16): inf, NaN, zero and overflowing b
         const unsigned kind = static_cast<unsigned>(rng() % 8);
         const int ex = static_cast<int>(rng() % 250) - 125;
         for (std::size_t t = 0; t < 32; ++t) {
-          float v = std::ldexp(std::uniform_real_distribution<float>(-2.0f, 2.0f)(rng), ex);
-          const unsigned r = static_cast<unsigned>(rng() % 32);
-          if (kind == 0 && r == 0) v = (rng() % 2) ? inf : -inf;  // an inf block: multiplier 0
-          if (kind == 1 && r < 3) v = std::numeric_limits<float>::quiet_NaN();
-          if (kind == 2) v = (r < 16) ? 0.0f : -0.0f;
-          if (kind == 3) v = std::ldexp(v, 127 - ex);  // amax near the largest floats: codes up to 254
-          if (kind == 4 && r == 1) v = std::numeric_limits<float>::quiet_NaN();
-          if (kind == 4 && r == 2) v = -inf;
+          const float v = mx_block_value(kind, ex, false, rng);
           if constexpr (std::is_same_v<T, float>) x[m * K + kb * 32 + t] = v;
           else x[m * K + kb * 32 + t] = tequant::to_bf16(v);
         }
@@ -161,7 +175,6 @@ namespace {
 /// floats (codes up to 254), an inf or a negative NaN among finite values, or ordinary values.
 template <class T>
 std::vector<T> column_block_matrix(std::size_t M, std::size_t K, std::mt19937& rng) {
-  const float inf = std::numeric_limits<float>::infinity();
   std::vector<T> x(M * K);
   const auto put = [&](std::size_t i, float v) {
     if constexpr (std::is_same_v<T, float>) x[i] = v;
@@ -172,14 +185,7 @@ std::vector<T> column_block_matrix(std::size_t M, std::size_t K, std::mt19937& r
       const unsigned kind = static_cast<unsigned>(rng() % 10);
       const int ex = static_cast<int>(rng() % 250) - 125;
       for (std::size_t t = 0; t < 32; ++t) {
-        float v = std::ldexp(std::uniform_real_distribution<float>(-2.0f, 2.0f)(rng), ex);
-        const unsigned r = static_cast<unsigned>(rng() % 32);
-        if (kind == 0 && r == 0) v = (rng() % 2) ? inf : -inf;  // an inf block: multiplier 0
-        if (kind == 1 && r < 3) v = std::numeric_limits<float>::quiet_NaN();
-        if (kind == 2) v = (r < 16) ? 0.0f : -0.0f;
-        if (kind == 3) v = std::ldexp(v, 127 - ex);  // amax near the largest floats
-        if (kind == 4 && r == 1) v = -std::numeric_limits<float>::quiet_NaN();
-        if (kind == 4 && r == 2) v = -inf;
+        float v = mx_block_value(kind, ex, true, rng);
         if (kind == 5) v = std::ldexp(v, -140 - ex);  // subnormal floats
         put((mb * 32 + t) * K + k, v);
       }
