@@ -596,13 +596,17 @@ TEQUANT_TARGET_AVX512_INLINE inline void block_2d_row_amax(const T* p, std::size
   }
 }
 
-/// avx2::block_2d_row_cast with the AVX-512 encoders (ok: bit kb = scale[kb] finite and > 0).
+/// avx2::block_2d_row_cast with the AVX-512 encoders (ok: bit kb = scale[kb] finite and > 0). When
+/// next is non-null, the full tiles of that row (the next row of the amax pass) are prefetched into
+/// L1, a tile's lines before each tile cast.
 template <fp8_dtype D, bool Stream, class T>
 TEQUANT_TARGET_AVX512_INLINE inline void block_2d_row_cast(const T* p, std::size_t K, const float* scale, const bool* ok,
-                                                           std::uint8_t* out) noexcept {
+                                                           std::uint8_t* out, const T* next = nullptr) noexcept {
   const std::size_t full = K / 128;
-  for (std::size_t kb = 0; kb < full; ++kb)
+  for (std::size_t kb = 0; kb < full; ++kb) {
+    if (next) avx2::prefetch_bytes(next + kb * 128, 128 * sizeof(T));
     tile_cast128<D, Stream>(p + kb * 128, _mm512_set1_ps(scale[kb]), ok[kb], out + kb * 128);
+  }
   if (full * 128 < K) avx2::scale_encode<D>(p + full * 128, K - full * 128, scale[full], out + full * 128, false);
 }
 
@@ -623,7 +627,10 @@ TEQUANT_TARGET_AVX512 inline void block_2d_run(const T* x, std::size_t M, std::s
     std::uint32_t tail = 0;
     for (std::size_t r = 0; r < nr; ++r) {
       block_2d_row_amax(x + (mb * 128 + r) * ld, K, keys, tail);
-      if (cast) block_2d_row_cast<D, Stream>(x + ((mb - 1) * 128 + r) * ld, K, sc, ok, data + ((mb - 1) * 128 + r) * ld);
+      // The cast computes for longer than the amax pass reads; prefetching the next amax row during
+      // it overlaps that row's memory reads with the cast (docs/benchmarks.md, "128×128").
+      const std::size_t m = mb * 128 + r;
+      if (cast) block_2d_row_cast<D, Stream>(x + (m - 128) * ld, K, sc, ok, data + (m - 128) * ld, m + 1 < M ? x + (m + 1) * ld : nullptr);
     }
     if (cast)
       for (std::size_t r = nr; r < 128; ++r)
