@@ -596,26 +596,33 @@ TEQUANT_TARGET_AVX512_INLINE inline void block_2d_row_amax(const T* p, std::size
   }
 }
 
-/// avx2::block_2d_row_cast with the AVX-512 encoders (ok: bit kb = scale[kb] finite and > 0). When
-/// next is non-null, the full tiles of that row (the next row of the amax pass) are prefetched into
-/// L1, a tile's lines before each tile cast.
+/// avx2::block_2d_row_cast with the AVX-512 encoders (ok[kb]: scale[kb] finite and > 0). Before the
+/// cast of each full tile kb < next_tiles, the lines of tile kb at next are prefetched into L1.
 template <fp8_dtype D, bool Stream, class T>
 TEQUANT_TARGET_AVX512_INLINE inline void block_2d_row_cast(const T* p, std::size_t K, const float* scale, const bool* ok,
-                                                           std::uint8_t* out, const T* next = nullptr) noexcept {
+                                                           std::uint8_t* out, const T* next = nullptr,
+                                                           std::size_t next_tiles = 0) noexcept {
   const std::size_t full = K / 128;
   for (std::size_t kb = 0; kb < full; ++kb) {
-    if (next) avx2::prefetch_bytes(next + kb * 128, 128 * sizeof(T));
+    if (kb < next_tiles) avx2::prefetch_bytes(next + kb * 128, 128 * sizeof(T));
     tile_cast128<D, Stream>(p + kb * 128, _mm512_set1_ps(scale[kb]), ok[kb], out + kb * 128);
   }
   if (full * 128 < K) avx2::scale_encode<D>(p + full * 128, K - full * 128, scale[full], out + full * 128, false);
 }
 
-/// avx2::block_2d_run (the same pipelining of each row block's amaxes with the cast of the one before).
+/// avx2::block_2d_run (the same pipelining of each row block's amaxes with the cast of the one
+/// before), in segments of 2 KiB of input: the amaxes of a segment of row m, then the cast of the same
+/// columns of row m - 128, which prefetches into L1 the amax pass's input two segments on (in row
+/// order, into the next rows past the end of this one). The cast computes for longer than the amax
+/// pass reads, so without the prefetch the two took turns rather than overlapping; further ahead, or
+/// in whole rows (16 KiB of fp32 at K = 4096), the prefetched lines leave L1 before they are read
+/// (docs/benchmarks.md, "128×128").
 template <fp8_dtype D, bool Stream, class T>
 TEQUANT_TARGET_AVX512 inline void block_2d_run(const T* x, std::size_t M, std::size_t K, std::size_t ld, std::uint8_t* data,
                                                float* scale, std::size_t scale_ld, bool pow2, float eps, float value_for_inf) noexcept {
   constexpr std::size_t chunk = avx2::block_2d_chunk / 2;  // 64-byte keys: 8 KiB, as avx2's
-  static_assert(chunk % 128 == 0);
+  constexpr std::size_t seg = 2048 / sizeof(T), ahead = 2 * seg;
+  static_assert(chunk % 128 == 0 && seg % 128 == 0);
   const std::size_t KB = (K + 127) / 128, full = K / 128, MB = (M + 127) / 128;
   __m512i keys[chunk / 128];
   bool ok[chunk / 128 + 1];
@@ -626,11 +633,19 @@ TEQUANT_TARGET_AVX512 inline void block_2d_run(const T* x, std::size_t M, std::s
     for (std::size_t kb = 0; kb < KB; ++kb) keys[kb] = _mm512_setzero_si512();
     std::uint32_t tail = 0;
     for (std::size_t r = 0; r < nr; ++r) {
-      block_2d_row_amax(x + (mb * 128 + r) * ld, K, keys, tail);
-      // The cast computes for longer than the amax pass reads; prefetching the next amax row during
-      // it overlaps that row's memory reads with the cast (docs/benchmarks.md, "128×128").
       const std::size_t m = mb * 128 + r;
-      if (cast) block_2d_row_cast<D, Stream>(x + (m - 128) * ld, K, sc, ok, data + (m - 128) * ld, m + 1 < M ? x + (m + 1) * ld : nullptr);
+      if (!cast) {
+        block_2d_row_amax(x + m * ld, K, keys, tail);
+        continue;
+      }
+      for (std::size_t c = 0; c < K; c += seg) {
+        const std::size_t w = K - c < seg ? K - c : seg;  // a multiple of 128 but in the last segment
+        block_2d_row_amax(x + m * ld + c, w, keys + c / 128, tail);
+        const std::size_t pm = m + (c + ahead) / K, pc = (c + ahead) % K;  // the amax pass, ahead
+        const std::size_t pw = pm < M ? (K - pc < seg ? K - pc : seg) : 0;
+        block_2d_row_cast<D, Stream>(x + (m - 128) * ld + c, w, sc + c / 128, ok + c / 128, data + (m - 128) * ld + c,
+                                     pw ? x + pm * ld + pc : nullptr, pw / 128);
+      }
     }
     if (cast)
       for (std::size_t r = nr; r < 128; ++r)
