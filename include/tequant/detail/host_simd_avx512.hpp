@@ -661,19 +661,17 @@ TEQUANT_TARGET_AVX512 inline void block_2d_run(const T* x, std::size_t M, std::s
       block_2d_row_cast<D, Stream>(x + m * ld, K, scale + (MB - 1) * scale_ld, ok, data + m * ld);
 }
 
+/// stream is ignored: ordinary stores measured faster than streaming ones for this kernel (fp32 and
+/// bf16, 64 MiB inputs: docs/benchmarks.md, "128×128"); avx2::block_2d streams where it allows.
 template <fp8_dtype D, class T>
 TEQUANT_TARGET_AVX512 inline void block_2d(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, float* scale, bool pow2,
-                                           float eps, float value_for_inf, bool stream) noexcept {
+                                           float eps, float value_for_inf, bool /*stream*/) noexcept {
   constexpr std::size_t chunk = avx2::block_2d_chunk / 2;
-  const bool st = data && avx2::use_streaming_stores(stream, data, K);
   const std::size_t KB = (K + 127) / 128;
   for (std::size_t c0 = 0; c0 < K; c0 += chunk) {
     const std::size_t w = K - c0 < chunk ? K - c0 : chunk;
-    std::uint8_t* out = data ? data + c0 : nullptr;
-    if (st) block_2d_run<D, true>(x + c0, M, w, K, out, scale + c0 / 128, KB, pow2, eps, value_for_inf);
-    else block_2d_run<D, false>(x + c0, M, w, K, out, scale + c0 / 128, KB, pow2, eps, value_for_inf);
+    block_2d_run<D, false>(x + c0, M, w, K, data ? data + c0 : nullptr, scale + c0 / 128, KB, pow2, eps, value_for_inf);
   }
-  if (st) avx2::stream_fence();
 }
 
 }  // namespace avx512
