@@ -614,9 +614,9 @@ TEQUANT_TARGET_AVX512_INLINE inline void block_2d_row_cast(const T* p, std::size
 /// before), in segments of 2 KiB of input: the amaxes of a segment of row m, then the cast of the same
 /// columns of row m - 128, which prefetches into L1 the amax pass's input two segments on (in row
 /// order, into the next rows past the end of this one). The cast computes for longer than the amax
-/// pass reads, so without the prefetch the two took turns rather than overlapping; further ahead, or
-/// in whole rows (16 KiB of fp32 at K = 4096), the prefetched lines leave L1 before they are read
-/// (docs/benchmarks.md, "128×128").
+/// pass reads, so without the prefetch the two took turns rather than overlapping; prefetching further
+/// ahead, or a whole row at a time (16 KiB of fp32 at K = 4096), measured slower (docs/benchmarks.md,
+/// "Block 128×128: fifth round").
 template <fp8_dtype D, bool Stream, class T>
 TEQUANT_TARGET_AVX512 inline void block_2d_run(const T* x, std::size_t M, std::size_t K, std::size_t ld, std::uint8_t* data,
                                                float* scale, std::size_t scale_ld, bool pow2, float eps, float value_for_inf) noexcept {
@@ -662,7 +662,8 @@ TEQUANT_TARGET_AVX512 inline void block_2d_run(const T* x, std::size_t M, std::s
 }
 
 /// stream is ignored: ordinary stores measured faster than streaming ones for this kernel (fp32 and
-/// bf16, 64 MiB inputs: docs/benchmarks.md, "128×128"); avx2::block_2d streams where it allows.
+/// bf16, 64 MiB inputs: docs/benchmarks.md, "Block 128×128: fifth round"); avx2::block_2d streams
+/// where it allows.
 template <fp8_dtype D, class T>
 TEQUANT_TARGET_AVX512 inline void block_2d(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, float* scale, bool pow2,
                                            float eps, float value_for_inf, bool /*stream*/) noexcept {
