@@ -417,8 +417,8 @@ TEQUANT_TARGET_AVX2 inline void mxfp8_column_group(const T* x, std::size_t K, st
       __m256 v[4];
       load32(p + q * 8, v);
       store32<false, halves<T>>(data + r * K + c0 + q * 8, encode8<D>(_mm256_mul_ps(v[0], mult[q])),
-                                 encode8<D>(_mm256_mul_ps(v[1], mult[q + 1])), encode8<D>(_mm256_mul_ps(v[2], mult[q + 2])),
-                                 encode8<D>(_mm256_mul_ps(v[3], mult[q + 3])));
+                                encode8<D>(_mm256_mul_ps(v[1], mult[q + 1])), encode8<D>(_mm256_mul_ps(v[2], mult[q + 2])),
+                                encode8<D>(_mm256_mul_ps(v[3], mult[q + 3])));
     }
   }
 }
