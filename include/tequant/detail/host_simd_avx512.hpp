@@ -245,10 +245,13 @@ TEQUANT_TARGET_AVX512_INLINE inline __m256i encode32_at(const T* p, __m512 s) no
 /// block cast from L1. Software-pipelined: the next group's amaxes are computed before this group is
 /// cast (they do not depend on it), so the out-of-order core overlaps the reduction with the cast
 /// instead of waiting on its dependency chain (measured from L2: 0.200 -> 0.185 ns per element).
+/// Each block's multiplier is broadcast from memory (a load-port operand, instead of a vpermps on the
+/// vector pipes), and the reads are left to the hardware prefetcher: the rows are read in order, and
+/// software prefetches (two per block, 2 KiB ahead) only took issue slots. Both: from L2 0.186 -> 0.180
+/// ns per fp32 element (native; portable 0.181 -> 0.174), 64 MiB 0.243 -> 0.212 (0.224 -> 0.201).
 template <fp8_dtype D, bool Stream, class T>
 TEQUANT_TARGET_AVX512 inline void mxfp8_rowwise_run(const T* x, std::size_t M, std::size_t K, std::uint8_t* data,
                                                     std::uint8_t* scale, std::size_t scale_cols) noexcept {
-  constexpr std::size_t ahead = avx2::prefetch_ahead(8 * 32 * sizeof(T));
   const std::size_t KB = K / 32, groups = KB / 8;
   for (std::size_t m = 0; m < M; ++m) {
     const T* src = x + m * K;
@@ -261,27 +264,22 @@ TEQUANT_TARGET_AVX512 inline void mxfp8_rowwise_run(const T* x, std::size_t M, s
       const __m256i e = avx2::e8m0_codes8<D>(keys);
       avx2::store8_bytes(sc + kb, e);
       const __m256 mult = avx2::e8m0_multipliers8(e);
+      alignas(32) float mv[8];
+      _mm256_store_ps(mv, mult);
       if (g + 1 < groups) keys = group_keys8(p + 256);
       // Code 254 (an inf or overflowing block) has multiplier 0, where inf * 0 is NaN: the AVX2 cast.
       const unsigned zero_mult = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(e, _mm256_set1_epi32(254)))));
-      const __m512 mult16 = _mm512_castps256_ps512(mult);
       if (zero_mult == 0) {  // the common case, unrolled: no branches, constants kept in registers
 #  if !defined(__CUDACC__)  // nvcc's front end does not know the pragma (its own unroll is for device code)
 #    pragma GCC unroll 8
 #  endif
-        for (int b = 0; b < 8; ++b) {
-          avx2::prefetch_bytes(p + b * 32 + ahead / sizeof(T), 32 * sizeof(T));
-          const __m512 sb = _mm512_permutexvar_ps(_mm512_set1_epi32(b), mult16);
-          store32<Stream>(dst + kb * 32 + b * 32, encode32_at<D>(p + b * 32, sb));
-        }
+        for (int b = 0; b < 8; ++b) store32<Stream>(dst + kb * 32 + b * 32, encode32_at<D>(p + b * 32, _mm512_set1_ps(mv[b])));
       } else {
         for (int b = 0; b < 8; ++b) {
-          avx2::prefetch_bytes(p + b * 32 + ahead / sizeof(T), 32 * sizeof(T));
           if ((zero_mult >> b) & 1u) {
-            avx2::encode32<D, Stream>(p + b * 32, avx2::lane(mult, b), dst + kb * 32 + b * 32);
+            avx2::encode32<D, Stream>(p + b * 32, _mm256_set1_ps(mv[b]), dst + kb * 32 + b * 32);
           } else {
-            const __m512 sb = _mm512_permutexvar_ps(_mm512_set1_epi32(b), mult16);
-            store32<Stream>(dst + kb * 32 + b * 32, encode32_at<D>(p + b * 32, sb));
+            store32<Stream>(dst + kb * 32 + b * 32, encode32_at<D>(p + b * 32, _mm512_set1_ps(mv[b])));
           }
         }
       }
