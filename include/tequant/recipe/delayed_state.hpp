@@ -13,6 +13,7 @@
 // has committed before, and TE stores only those L-1 rows (row 0 is the staging amax). Pushing the
 // current amax into a ring of the last L commits and taking the max of the ring is exactly that window.
 #pragma once
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -498,32 +499,35 @@ inline void delayed_update_bucket_ring(const delayed_bucket_view& v, Algo algo, 
   delayed_scale_pass<true>(v.staging, v.scale, amax_bits, n, args.scaled_max);
 }
 
-/// Ordering key of a committed amax in the line suffix maxima (unsigned): its bits when it is a
-/// positive non-NaN float (inf included), else 0. An unsigned max of these from 0 is the bits of the
-/// fmaxf chain from 0.
+/// Ordering key of a committed amax in the line maxima (unsigned): its bits when it is a positive
+/// non-NaN float (inf included), else 0. An unsigned max of these from 0 is the bits of the fmaxf
+/// chain from 0.
 inline std::uint32_t window_ukey(float f) noexcept {
   const std::uint32_t k = float_bits(f);
   return k <= 0x7F800000u ? k : 0u;
 }
 
-/// Ring positions per line of the long-window update: 16 floats, one 64-byte cache line when the ring
-/// is aligned (a line is counted from the slot's first position; the last is partial when 16 does not
-/// divide L).
+/// Ring positions per line of the long-window update: 16 floats, one 64-byte cache line.
 inline constexpr std::uint32_t ring_line_floats = 16;
 
-/// Lines of a ring of length L.
+/// Lines of a ring of length L that starts at a line boundary.
 constexpr std::uint32_t ring_lines(std::uint32_t L) noexcept { return (L + ring_line_floats - 1) / ring_line_floats; }
 
-/// Distance between two slots' line suffix maxima: ring_lines(L) + 2 (the most lines a slot's ring
-/// can touch, and a 0 past the last) in the view's compact host array, else L (the start of each
-/// slot's window storage; L >= 65 there).
+/// Distance between two slots' line entries (two words per line, see build_window_suffix):
+/// 2 * (ring_lines(L) + 1), the most lines a slot's ring can touch, in the view's compact host array;
+/// else L (the start of each slot's window storage, L >= 65 there).
 inline std::size_t line_suffix_stride(const delayed_bucket_view& v) noexcept {
-  return v.line_suffix != nullptr ? ring_lines(v.history_length) + 2 : v.history_length;
+  return v.line_suffix != nullptr ? 2 * (static_cast<std::size_t>(ring_lines(v.history_length)) + 1) : v.history_length;
+}
+
+/// Slot 0's line entries (see line_suffix_stride).
+inline std::uint32_t* line_suffix_base(const delayed_bucket_view& v) noexcept {
+  return v.line_suffix != nullptr ? v.line_suffix : v.window;
 }
 
 /// Where slot j's lines start: position p is lane (p + shift) % 16 of line (p + shift) / 16. With the
 /// compact array the lines are the ring's 64-byte cache lines (host buffers are not 64-byte aligned),
-/// so the maxima depend on the ring's address: delayed_bucket rebuilds them when its ring moves.
+/// so the entries depend on the ring's address: delayed_bucket rebuilds them when its ring moves.
 /// Without it, lines count from the slot's first position (shift 0).
 inline std::uint32_t line_shift(const delayed_bucket_view& v, std::uint32_t j) noexcept {
   if (v.line_suffix == nullptr) return 0;
@@ -531,155 +535,52 @@ inline std::uint32_t line_shift(const delayed_bucket_view& v, std::uint32_t j) n
   return static_cast<std::uint32_t>(first % ring_line_floats);
 }
 
-/// Lines of slot j's ring with shift o (see line_shift).
-constexpr std::uint32_t ring_lines_shifted(std::uint32_t L, std::uint32_t o) noexcept { return (L - 1 + o) / ring_line_floats + 1; }
-
-/// The first position of the line holding position p at lane `lane`, as an address (it may lie
-/// before the ring; only positions in [0, L) are read there).
-inline float* line_address(float* ring, std::uint32_t p, std::uint32_t lane) noexcept {
-  return reinterpret_cast<float*>(reinterpret_cast<std::uintptr_t>(ring + p) - lane * sizeof(float));
-}
-
-/// Slot 0's line suffix maxima (see line_suffix_stride).
-inline std::uint32_t* line_suffix_base(const delayed_bucket_view& v) noexcept {
-  return v.line_suffix != nullptr ? v.line_suffix : v.window;
-}
-
-/// Key maximum of the positions of ring[0, L) in the line of position p (at lane `lane`), without p:
-/// the ring line a commit at p is about to overwrite, read before the store.
-inline std::uint32_t line_key_max_except(const float* ring, std::uint32_t p, std::uint32_t lane, std::uint32_t L) noexcept {
-#ifdef TEQUANT_DELAYED_SSE2
-  if (p >= lane && p - lane + ring_line_floats <= L) {  // the whole line is in the ring
-    const float* line = ring + (p - lane);
-    // maxps(x, m) is m for a NaN x and for x = -0 when m = +0: a chain from +0 is the key maximum.
-    const __m128i sel = _mm_set1_epi32(static_cast<int>(lane)), four = _mm_set1_epi32(4);
-    __m128i idx = _mm_setr_epi32(0, 1, 2, 3);
-    __m128 m = _mm_setzero_ps();
-    for (std::uint32_t q = 0; q < 4; ++q) {
-      const __m128 drop = _mm_castsi128_ps(_mm_cmpeq_epi32(idx, sel));
-      m = _mm_max_ps(_mm_andnot_ps(drop, _mm_loadu_ps(line + 4 * q)), m);
-      idx = _mm_add_epi32(idx, four);
-    }
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
-    return float_bits(_mm_cvtss_f32(m));
-  }
-#endif
-  const std::uint32_t first = p >= lane ? p - lane : 0, end = L - p + lane < ring_line_floats ? L : p - lane + ring_line_floats;
-  std::uint32_t m = 0;
-  for (std::uint32_t i = first; i < end; ++i) {
-    const std::uint32_t k = i == p ? 0u : window_ukey(ring[i]);
-    m = k > m ? k : m;
-  }
-  return m;
-}
-
-/// Puts slot j in line suffix form (see delayed_update_bucket_suffix) from its ring alone, at its
-/// ring head h: window_front[j] = the key maximum of [0, h), and for each line b after h's line the
-/// key maximum of its positions and all later ones (line_suffix_base(v) + j * line_suffix_stride(v)
-/// + b; lines as line_shift says). The entries of h's line and before are not read before the head
-/// wraps and this runs again.
+/// Puts slot j in line form (see delayed_update_bucket_suffix) from its ring alone, at its ring head
+/// h: window_front[j] = the key maximum of [0, h), and for each line b from h's line on (lines as
+/// line_shift says) two words at line_suffix_base(v) + j * line_suffix_stride(v) + 2b:
+///  - [2b]: the key maximum of the positions in the lines after b (0 after the last line);
+///  - [2b + 1]: the records of line b, bit per lane: the positions whose key is greater than the key
+///    of every later position of the line, and > 0. The maximum key of the positions of line b after
+///    one at lane l is then the key at the first record after l (0 if none): the first record after l
+///    is the last occurrence of that maximum, and none before it can exceed it.
+/// The entries before h's line are not read before the head wraps and this runs again.
 inline void build_window_suffix(const delayed_bucket_view& v, std::uint32_t j) noexcept {
-  const std::uint32_t L = v.history_length, h = v.ring_head[j], o = line_shift(v, j), B = ring_lines_shifted(L, o);
+  const std::uint32_t L = v.history_length, h = v.ring_head[j], o = line_shift(v, j);
+  const std::uint32_t lines = (L - 1 + o) / ring_line_floats + 1;
   const float* ring = v.ring + static_cast<std::size_t>(j) * L;
-  std::uint32_t* blk = line_suffix_base(v) + j * line_suffix_stride(v);
-  std::uint32_t m = 0;
-  blk[B] = 0;  // past the last line: what the update reads there
-  for (std::uint32_t b = B; b-- > (h + o) / ring_line_floats + 1;) {
-    // b >= 1: the line starts at a position >= 16 - o > 0.
-    const std::uint32_t first = b * ring_line_floats - o, len = L - first < ring_line_floats ? L - first : ring_line_floats;
-    const std::uint32_t k = len == ring_line_floats ? float_bits(ring_max_host<ring_line_floats>(ring + first, len))
-                                                    : float_bits(ring_max_host<0>(ring + first, len));
-    m = k > m ? k : m;
-    blk[b] = m;
+  std::uint32_t* e = line_suffix_base(v) + j * line_suffix_stride(v);
+  std::uint32_t later = 0;
+  for (std::uint32_t b = lines; b-- > (h + o) / ring_line_floats;) {
+    // Line b holds positions [b * 16 - o, b * 16 - o + 16) of [0, L); the first line starts at lane o.
+    const std::uint32_t first = b == 0 ? 0 : b * ring_line_floats - o;
+    const std::uint32_t end = (b + 1) * ring_line_floats - o < L ? (b + 1) * ring_line_floats - o : L;
+    std::uint32_t run = 0, records = 0;
+    for (std::uint32_t p = end; p-- > first;) {
+      const std::uint32_t k = window_ukey(ring[p]);
+      const std::uint32_t record = k > run ? 1u : 0u;
+      records |= record << ((p + o) % ring_line_floats);
+      run = k > run ? k : run;
+    }
+    e[2 * b] = later;
+    e[2 * b + 1] = records;
+    later = run > later ? run : later;
   }
   v.window_front[j] = float_bits(ring_max_host<0>(ring, h));  // the maximum of [0, h): its key
   v.window_size[j] = window_suffix;
 }
 
-#ifdef TEQUANT_DELAYED_AVX512
-/// The line-suffix update of slots [j, j+16) (see delayed_update_bucket_suffix), 16 slots at once: the
-/// masks and offsets of the 16 head lines are computed as vectors; each line is one masked load (the
-/// positions of the slot's ring but its head), the 16 maxima reduced across the slots as in
-/// ring_max16; the suffix maxima of the lines after them are a masked gather, the commits a masked
-/// scatter after every load. Leaves the window maxima (keys) in wmax; the scales are left to the
-/// caller. The same values as the one-slot code.
-inline void delayed_suffix_update16(const delayed_bucket_view& v, std::uint32_t j, std::uint32_t* wmax) noexcept {
-  const std::uint32_t L = v.history_length;
-  const std::size_t stride = line_suffix_stride(v);
-  {  // slots not in line suffix form yet (rare: the first update, after a deque)
-    const __m512i ws = _mm512_loadu_si512(v.window_size + j);
-    std::uint32_t unbuilt = _mm512_cmpneq_epu32_mask(ws, _mm512_set1_epi32(static_cast<int>(window_suffix)));
-    for (; unbuilt != 0; unbuilt &= unbuilt - 1) build_window_suffix(v, j + static_cast<std::uint32_t>(__builtin_ctz(unbuilt)));
-  }
-  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const __m512i one = _mm512_set1_epi32(1), fifteen = _mm512_set1_epi32(15), sixteen = _mm512_set1_epi32(16);
-  const __m512i vL = _mm512_set1_epi32(static_cast<int>(L));
-  const __m512i first = _mm512_mullo_epi32(iota, vL);  // lane s: slot j + s's ring, from slot j's
-  const __m512 c = _mm512_loadu_ps(v.staging + j);
-  const __m512i ci = _mm512_castps_si512(c);
-  const __m512i h = _mm512_loadu_si512(v.ring_head + j);
-  const __mmask16 used = _mm512_cmp_ps_mask(c, _mm512_setzero_ps(), _CMP_NEQ_UQ);  // c != 0, NaN included
-  const __m512i next = _mm512_add_epi32(h, one);
-  const __mmask16 inside = _mm512_cmplt_epu32_mask(next, vL);
-  // Lane s: slot j + s's line shift o, its head as line hl >> 4 and lane hl & 15, and the mask of
-  // the head line's lanes to read: positions in [0, L) (the first and last lines of a ring may be
-  // partial), not the head (its old entry leaves the window; the amax is in the running maximum).
-  const __m512i o = _mm512_and_si512(_mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(line_shift(v, j))), first), fifteen);
-  const __m512i hl = _mm512_add_epi32(h, o);
-  const __m512i lane = _mm512_and_si512(hl, fifteen);
-  const __m512i lo = _mm512_maskz_sub_epi32(_mm512_cmpgt_epu32_mask(lane, h), lane, h);  // lanes before position 0
-  const __m512i end = _mm512_maskz_min_epu32(0xFFFF, _mm512_add_epi32(_mm512_sub_epi32(vL, h), lane), sixteen);  // lanes up to position L
-  const __m512i below = _mm512_sub_epi32(_mm512_maskz_sllv_epi32(0xFFFF, one, lo), one);
-  const __m512i upto = _mm512_sub_epi32(_mm512_maskz_sllv_epi32(0xFFFF, one, end), one);
-  const __m512i keep = _mm512_maskz_andnot_epi32(0xFFFF, _mm512_or_si512(below, _mm512_maskz_sllv_epi32(0xFFFF, one, lane)), upto);
-  // The suffix maximum of the lines after the head's (a used slot's commit leaves them as they were
-  // at the last build; past the last line, the 0 the build leaves there).
-  const __m512i later = _mm512_add_epi32(_mm512_mullo_epi32(iota, _mm512_set1_epi32(static_cast<int>(stride))),
-                                         _mm512_add_epi32(_mm512_maskz_srli_epi32(0xFFFF, hl, 4), one));
-  alignas(64) std::uint32_t keeps[16], laters[16];
-  alignas(64) std::int32_t offs[16];
-  _mm512_store_si512(keeps, keep);
-  _mm512_store_si512(laters, later);
-  _mm512_store_si512(offs, _mm512_sub_epi32(_mm512_add_epi32(first, h), lane));  // the line's first lane
-  // Read back one scalar each from memory: GCC would otherwise extract the 48 lanes from registers.
-  __asm__("" : "+m"(keeps), "+m"(laters), "+m"(offs));
-  float* ring = v.ring + static_cast<std::size_t>(j) * L;
-  const std::uintptr_t ring_addr = reinterpret_cast<std::uintptr_t>(ring);
-  const std::uint32_t* blk = line_suffix_base(v) + j * stride;
-  __m512 a[16];
-  for (std::uint32_t s = 0; s < 16; ++s) {
-    // The masked load reads only the kept lanes (the address may lie before the ring: lanes below).
-    // The maxps chain starts at the later lines' maximum (a non-NaN float >= +0: a key as a float).
-    const float* line = reinterpret_cast<const float*>(ring_addr + static_cast<std::uintptr_t>(static_cast<std::intptr_t>(offs[s]) * 4));
-    a[s] = max16(_mm512_maskz_loadu_ps(static_cast<__mmask16>(keeps[s]), line), _mm512_castsi512_ps(_mm512_set1_epi32(static_cast<int>(blk[laters[s]]))));
-  }
-  const __m512i rest = _mm512_castps_si512(reduce16(a));  // the head's line and the later ones
-  _mm512_mask_i32scatter_ps(ring, used, _mm512_add_epi32(first, h), c, 4);  // the commits, after the loads
-  const __m512i kc = _mm512_maskz_mov_epi32(_mm512_cmple_epu32_mask(ci, _mm512_set1_epi32(0x7F800000)), ci);
-  const __m512i pre = maxu16(kc, _mm512_loadu_si512(v.window_front + j));  // unused: kc = 0
-  _mm512_storeu_si512(wmax, maxu16(pre, rest));
-  _mm512_storeu_si512(v.window_front + j, pre);  // a wrapping slot's is rebuilt below
-  _mm512_storeu_si512(v.ring_head + j, _mm512_mask_mov_epi32(h, used, _mm512_maskz_mov_epi32(inside, next)));
-  // The heads that wrap: this round's commits become the old ones.
-  for (std::uint32_t wrap = used & static_cast<__mmask16>(~inside); wrap != 0; wrap &= wrap - 1)
-    build_window_suffix(v, j + static_cast<std::uint32_t>(__builtin_ctz(wrap)));
-}
-#endif
-
 /// The host update of long windows (van Herk / Gil-Werman, by cache lines). Since slot j's line
-/// suffix form was last built at ring head h0 (when the head wrapped to 0, or on the first update
-/// after a load, an import or a deque), positions [h0, head) hold new commits and [head, L) the
-/// older ones. After a commit at p, the window (the whole ring) is the maximum of three parts:
-/// positions [0, p] but p's line, all new or unchanged since the build: a running maximum
-/// (window_front[j], with the amax); p's line, in the cache for the commit: read before the store,
-/// without p, the amax being in the running maximum; and the lines after p's, unchanged since the
-/// build: their suffix maximum, computed at the build (O(L) once per L commits, ring_lines(L) keys
-/// per slot in a compact host array, so the update touches one line of the ring's page and a small
-/// array that stays in the cache). The maxima are of the ordering keys (window_ukey), so the result is
-/// the scan's float bit for bit. Unused slots (c == 0, unpredictable) go through the same branch-free
-/// code and change nothing (their window maximum is not used). With AVX-512, 16 slots at a time
-/// (delayed_suffix_update16); the slots left over one at a time.
+/// entries were last built at ring head h0 (when the head wrapped to 0, or on the first update after
+/// a load, an import or a deque), positions [h0, head) hold new commits and [head, L) the older ones.
+/// After a commit at p, the window (the whole ring) is the maximum of three parts: positions [0, p],
+/// all new or unchanged since the build: a running maximum (window_front[j], with the amax); the
+/// positions after p in p's line, unchanged since the build: the key at the first record after p's
+/// lane, in the line the commit writes; the lines after p's: their maximum, from the build. The
+/// line entries take 8 bytes per 16 positions in a compact host array that stays in the cache, so an
+/// update touches one line of the ring's page and no other page of its own (O(L) at the build, once
+/// per L commits). The maxima are of the ordering keys (window_ukey), so the result is the scan's
+/// float bit for bit. Unused slots (c == 0, unpredictable) go through the same branch-free code and
+/// change nothing (their window maximum is not used).
 template <class Algo>
 inline void delayed_update_bucket_suffix(const delayed_bucket_view& v, Algo algo, delayed_update_args args) noexcept {
   // Slots are updated in chunks whose amaxes stay on the stack for the vectorised scale pass. Each
@@ -688,22 +589,14 @@ inline void delayed_update_bucket_suffix(const delayed_bucket_view& v, Algo algo
   constexpr std::uint32_t chunk = 64, ahead = 8;
   const std::uint32_t L = v.history_length, n = v.slots;
   const std::size_t stride = line_suffix_stride(v);
-  const std::uint32_t* const blk_base = line_suffix_base(v);
+  const std::uint32_t* const entries = line_suffix_base(v);
   const float* __restrict staging = v.staging;
   std::uint32_t* __restrict head = v.ring_head;
   std::uint32_t* __restrict front = v.window_front;
   std::uint32_t amax_bits[chunk];
   for (std::uint32_t j0 = 0; j0 < n; j0 += chunk) {
     const std::uint32_t count = n - j0 < chunk ? n - j0 : chunk;
-    std::uint32_t k = 0;
-#ifdef TEQUANT_DELAYED_AVX512
-    for (; k + 16 <= count; k += 16) {
-      const std::uint32_t j = j0 + k;
-      delayed_suffix_update16(v, j, amax_bits + k);
-      for (std::uint32_t s = 0; s < 16; ++s) amax_bits[k + s] = float_bits(algo(staging[j + s], bits_float(amax_bits[k + s])));
-    }
-#endif
-    for (; k < count; ++k) {
+    for (std::uint32_t k = 0; k < count; ++k) {
       const std::uint32_t j = j0 + k;
 #if defined(__GNUC__) || defined(__clang__)
       if (j + ahead < n) {
@@ -713,18 +606,24 @@ inline void delayed_update_bucket_suffix(const delayed_bucket_view& v, Algo algo
 #endif
       if (v.window_size[j] != window_suffix) [[unlikely]] build_window_suffix(v, j);
       float* ring = v.ring + static_cast<std::size_t>(j) * L;
-      const std::uint32_t* blk = blk_base + j * stride;
       const float c = staging[j];
-      const std::uint32_t h = head[j], next = h + 1, o = line_shift(v, j), hl = h + o;
-      const std::uint32_t in_line = line_key_max_except(ring, h, hl % ring_line_floats, L);  // before the store below
+      const std::uint32_t h = head[j], next = h + 1, hl = h + line_shift(v, j);
+      const std::uint32_t* e = entries + j * stride + 2 * (hl / ring_line_floats);
+      const std::uint32_t later = e[0], after = e[1] >> (hl % ring_line_floats) >> 1;  // records after h
+      // The first record after h (none: 0). Read before the commit below stores to the same line: a
+      // load after it from a position that is h on some updates and not on others would make the
+      // processor guess its dependence on the store, and replay whenever it guessed wrong.
+      std::uint32_t any = after != 0 ? 0xFFFFFFFFu : 0u;
       std::uint32_t used = c != 0.0f ? 0xFFFFFFFFu : 0u;
 #if defined(__GNUC__) || defined(__clang__)
-      __asm__("" : "+r"(used));  // keeps the blends below from becoming branches
+      __asm__("" : "+r"(any), "+r"(used));  // keeps the selects below from becoming branches
 #endif
+      // The bit above the line keeps countr_zero from its zero case; with no record, q = h (read, unused).
+      const std::uint32_t q = h + ((1u + static_cast<std::uint32_t>(std::countr_zero(after | 0x10000u))) & any);
+      const std::uint32_t in_line = window_ukey(ring[q]) & any;
       ring[h] = bits_float((float_bits(c) & used) | (float_bits(ring[h]) & ~used));
       const std::uint32_t kc = window_ukey(c), pre0 = front[j];
       const std::uint32_t pre = kc > pre0 ? kc : pre0;  // an unused slot's key is 0: pre == pre0
-      const std::uint32_t later = blk[hl / ring_line_floats + 1];  // 0 past the last line
       const std::uint32_t rest = in_line > later ? in_line : later;
       amax_bits[k] = float_bits(algo(c, bits_float(pre > rest ? pre : rest)));
       const std::uint32_t last = next < L ? 0xFFFFFFFFu : 0u;
@@ -904,7 +803,7 @@ class delayed_bucket {
     auto wsize = backend_.template make_buffer<std::uint32_t>(ncap);
     const std::size_t n = n_, rn = static_cast<std::size_t>(n_) * L_;
     // The line maxima follow the ring's address: view() rebuilds them after the move below.
-    std::vector<std::uint32_t> lines(host_accessible ? ncap * (detail::ring_lines(L_) + 2) : 0);
+    std::vector<std::uint32_t> lines(host_accessible ? ncap * 2 * (detail::ring_lines(L_) + 1) : 0);
     if (n != 0) {
       backend_.copy(staging.data(), staging_.data(), n);
       backend_.copy(scale.data(), scale_.data(), n);
