@@ -5,15 +5,13 @@
 // slot has a ring of its last L committed amaxes, and one update touches O(1) memory per slot
 // (amortised) whatever L is. The window maximum comes from a monotonic deque of ring positions in the
 // per-slot update (delayed_update_slot, also the CUDA kernel's), and in the host's whole-bucket update
-// from a scan of the ring (L <= 64) or from suffix maxima of the ring's cache lines (longer windows,
-// in a small host-only array); window_size says which of the two is current, and each rebuilds itself
-// from the ring.
+// from a scan of the ring (L <= 64) or from suffix maxima of the ring (longer windows); the window
+// storage holds whichever of the two was used last, and each rebuilds itself from the ring.
 //
 // Why a ring of L and not L-1: TE's max window at an update is the current amax plus the L-1 rows it
 // has committed before, and TE stores only those L-1 rows (row 0 is the staging amax). Pushing the
 // current amax into a ring of the last L commits and taking the max of the ring is exactly that window.
 #pragma once
-#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -47,10 +45,6 @@ struct delayed_bucket_view {
   std::uint32_t* window;           ///< [n*L] deque of ring positions (circular, slot j at j*L)
   std::uint32_t* window_front;     ///< [n] deque start, in [0, L)
   std::uint32_t* window_size;      ///< [n] deque length, in [0, L]
-  /// Host-only state derived from the ring (never saved, exported or read by the device): the suffix
-  /// maxima of ring lines that the host update of long windows keeps, [n * ceil(L/16)]. Null on
-  /// device memory and in views made by hand: that update then keeps them in the window storage.
-  std::uint32_t* line_suffix = nullptr;
 };
 
 /// Largest supported history length L (the ring and the deque are n*L each).
@@ -70,8 +64,8 @@ TEQUANT_HD constexpr std::uint32_t ring_next(std::uint32_t i, std::uint32_t n) n
 /// and anything that needs it rebuilds it from the ring first, so the ring stays the one source of truth.
 inline constexpr std::uint32_t window_stale = 0xFFFFFFFFu;
 
-/// window_size value of the host update of long windows (delayed_update_bucket_suffix): the slot's
-/// line suffix maxima and window_front are current (see there), the deque is not: for it, stale.
+/// window_size value of the host update of long windows (delayed_update_bucket_suffix): the window
+/// storage holds suffix maxima of the ring instead of a deque (see there). For the deque it is stale.
 inline constexpr std::uint32_t window_suffix = 0xFFFFFFFEu;
 
 /// Whether slot j's window storage is not a deque (window_stale or window_suffix): whatever needs the
@@ -499,7 +493,7 @@ inline void delayed_update_bucket_ring(const delayed_bucket_view& v, Algo algo, 
   delayed_scale_pass<true>(v.staging, v.scale, amax_bits, n, args.scaled_max);
 }
 
-/// Ordering key of a committed amax in the line maxima (unsigned): its bits when it is a positive
+/// Ordering key of a committed amax in the suffix maxima (unsigned): its bits when it is a positive
 /// non-NaN float (inf included), else 0. An unsigned max of these from 0 is the bits of the fmaxf
 /// chain from 0.
 inline std::uint32_t window_ukey(float f) noexcept {
@@ -507,126 +501,158 @@ inline std::uint32_t window_ukey(float f) noexcept {
   return k <= 0x7F800000u ? k : 0u;
 }
 
-/// Ring positions per line of the long-window update: 16 floats, one 64-byte cache line.
-inline constexpr std::uint32_t ring_line_floats = 16;
-
-/// Lines of a ring of length L that starts at a line boundary.
-constexpr std::uint32_t ring_lines(std::uint32_t L) noexcept { return (L + ring_line_floats - 1) / ring_line_floats; }
-
-/// Distance between two slots' line entries (two words per line, see build_window_suffix):
-/// 2 * (ring_lines(L) + 1), the most lines a slot's ring can touch, in the view's compact host array;
-/// else L (the start of each slot's window storage, L >= 65 there).
-inline std::size_t line_suffix_stride(const delayed_bucket_view& v) noexcept {
-  return v.line_suffix != nullptr ? 2 * (static_cast<std::size_t>(ring_lines(v.history_length)) + 1) : v.history_length;
-}
-
-/// Slot 0's line entries (see line_suffix_stride).
-inline std::uint32_t* line_suffix_base(const delayed_bucket_view& v) noexcept {
-  return v.line_suffix != nullptr ? v.line_suffix : v.window;
-}
-
-/// Where slot j's lines start: position p is lane (p + shift) % 16 of line (p + shift) / 16. With the
-/// compact array the lines are the ring's 64-byte cache lines (host buffers are not 64-byte aligned),
-/// so the entries depend on the ring's address: delayed_bucket rebuilds them when its ring moves.
-/// Without it, lines count from the slot's first position (shift 0).
-inline std::uint32_t line_shift(const delayed_bucket_view& v, std::uint32_t j) noexcept {
-  if (v.line_suffix == nullptr) return 0;
-  const std::size_t first = reinterpret_cast<std::uintptr_t>(v.ring) / sizeof(float) + static_cast<std::size_t>(j) * v.history_length;
-  return static_cast<std::uint32_t>(first % ring_line_floats);
-}
-
-/// Puts slot j in line form (see delayed_update_bucket_suffix) from its ring alone, at its ring head
-/// h: window_front[j] = the key maximum of [0, h), and for each line b from h's line on (lines as
-/// line_shift says) two words at line_suffix_base(v) + j * line_suffix_stride(v) + 2b:
-///  - [2b]: the key maximum of the positions in the lines after b (0 after the last line);
-///  - [2b + 1]: the records of line b, bit per lane: the positions whose key is greater than the key
-///    of every later position of the line, and > 0. The maximum key of the positions of line b after
-///    one at lane l is then the key at the first record after l (0 if none): the first record after l
-///    is the last occurrence of that maximum, and none before it can exceed it.
-/// The entries before h's line are not read before the head wraps and this runs again.
+/// Puts slot j's window storage in suffix form (see delayed_update_bucket_suffix) from its ring alone:
+/// suffix maxima of the positions the ring head has not yet reached since it last wrapped, and the
+/// maximum of those it has passed.
 inline void build_window_suffix(const delayed_bucket_view& v, std::uint32_t j) noexcept {
-  const std::uint32_t L = v.history_length, h = v.ring_head[j], o = line_shift(v, j);
-  const std::uint32_t lines = (L - 1 + o) / ring_line_floats + 1;
-  const float* ring = v.ring + static_cast<std::size_t>(j) * L;
-  std::uint32_t* e = line_suffix_base(v) + j * line_suffix_stride(v);
-  std::uint32_t later = 0;
-  for (std::uint32_t b = lines; b-- > (h + o) / ring_line_floats;) {
-    // Line b holds positions [b * 16 - o, b * 16 - o + 16) of [0, L); the first line starts at lane o.
-    const std::uint32_t first = b == 0 ? 0 : b * ring_line_floats - o;
-    const std::uint32_t end = (b + 1) * ring_line_floats - o < L ? (b + 1) * ring_line_floats - o : L;
-    std::uint32_t run = 0, records = 0;
-    for (std::uint32_t p = end; p-- > first;) {
-      const std::uint32_t k = window_ukey(ring[p]);
-      const std::uint32_t record = k > run ? 1u : 0u;
-      records |= record << ((p + o) % ring_line_floats);
-      run = k > run ? k : run;
-    }
-    e[2 * b] = later;
-    e[2 * b + 1] = records;
-    later = run > later ? run : later;
+  const std::uint32_t L = v.history_length, h = v.ring_head[j];
+  const std::size_t base = static_cast<std::size_t>(j) * L;
+  const float* ring = v.ring + base;
+  std::uint32_t* suffix = v.window + base;
+  std::uint32_t p = L;
+  // Vector blocks from the end, each a suffix scan within the block (as floats: maxps(x, +0) is the
+  // key of x as a float, and the maximum of non-NaN floats >= +0 is the float of the keys' maximum)
+  // combined with the running maximum of the later blocks; the positions left over go one by one.
+#if defined(TEQUANT_DELAYED_AVX512)
+  const __m512 zero16 = _mm512_setzero_ps();
+  __m512 carry16 = zero16;
+  const __m512i lane0 = _mm512_setzero_si512();
+  for (; p - h >= 16; p -= 16) {
+    __m512 t = max16(_mm512_loadu_ps(ring + p - 16), zero16);
+    // Lane i takes the maximum of lanes i..15 (lanes shifted down, zeros shifted in at the top).
+    t = max16(t, shift_down<1>(t));
+    t = max16(t, shift_down<2>(t));
+    t = max16(t, shift_down<4>(t));
+    t = max16(t, shift_down<8>(t));
+    t = max16(t, carry16);
+    _mm512_storeu_ps(reinterpret_cast<float*>(suffix + p - 16), t);
+    carry16 = _mm512_mask_permutexvar_ps(t, 0xFFFF, lane0, t);
+  }
+  std::uint32_t m = float_bits(_mm512_cvtss_f32(carry16));
+#elif defined(TEQUANT_DELAYED_SSE2)
+  const __m128 zero4 = _mm_setzero_ps();
+  __m128 carry4 = zero4;
+  for (; p - h >= 4; p -= 4) {
+    __m128 t = _mm_max_ps(_mm_loadu_ps(ring + p - 4), zero4);
+    t = _mm_max_ps(t, _mm_castsi128_ps(_mm_srli_si128(_mm_castps_si128(t), 4)));
+    t = _mm_max_ps(t, _mm_castsi128_ps(_mm_srli_si128(_mm_castps_si128(t), 8)));
+    t = _mm_max_ps(t, carry4);
+    _mm_storeu_ps(reinterpret_cast<float*>(suffix + p - 4), t);
+    carry4 = _mm_shuffle_ps(t, t, 0);
+  }
+  std::uint32_t m = float_bits(_mm_cvtss_f32(carry4));
+#else
+  std::uint32_t m = 0;
+#endif
+  while (p-- > h) {
+    const std::uint32_t k = window_ukey(ring[p]);
+    m = k > m ? k : m;
+    suffix[p] = m;
   }
   v.window_front[j] = float_bits(ring_max_host<0>(ring, h));  // the maximum of [0, h): its key
   v.window_size[j] = window_suffix;
 }
 
-/// The host update of long windows (van Herk / Gil-Werman, by cache lines). Since slot j's line
-/// entries were last built at ring head h0 (when the head wrapped to 0, or on the first update after
-/// a load, an import or a deque), positions [h0, head) hold new commits and [head, L) the older ones.
-/// After a commit at p, the window (the whole ring) is the maximum of three parts: positions [0, p],
-/// all new or unchanged since the build: a running maximum (window_front[j], with the amax); the
-/// positions after p in p's line, unchanged since the build: the key at the first record after p's
-/// lane, in the line the commit writes; the lines after p's: their maximum, from the build. The
-/// line entries take 8 bytes per 16 positions in a compact host array that stays in the cache, so an
-/// update touches one line of the ring's page and no other page of its own (O(L) at the build, once
-/// per L commits). The maxima are of the ordering keys (window_ukey), so the result is the scan's
-/// float bit for bit. Unused slots (c == 0, unpredictable) go through the same branch-free code and
-/// change nothing (their window maximum is not used).
+#ifdef TEQUANT_DELAYED_AVX512
+/// The suffix-form update of slots [j, j+16) (see delayed_update_bucket_suffix), 16 lanes at once: the
+/// commit a masked scatter, the suffix maximum one past the head a masked gather. Leaves the window
+/// maxima (keys) in wmax; the scales are left to the caller. The same values as the one-slot code.
+inline void delayed_suffix_update16(const delayed_bucket_view& v, std::uint32_t j, std::uint32_t* wmax) noexcept {
+  const std::uint32_t L = v.history_length;
+  const __m512i stride = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32(static_cast<int>(L)));
+  {  // slots whose window storage is not in suffix form yet (rare: the first update, after a deque)
+    const __m512i ws = _mm512_loadu_si512(v.window_size + j);
+    std::uint32_t unbuilt = _mm512_cmpneq_epu32_mask(ws, _mm512_set1_epi32(static_cast<int>(window_suffix)));
+    for (; unbuilt != 0; unbuilt &= unbuilt - 1) build_window_suffix(v, j + static_cast<std::uint32_t>(__builtin_ctz(unbuilt)));
+  }
+  {  // the two lines a later group will touch, on pages of their own (the first touch is a TLB miss)
+    constexpr std::uint32_t ahead = 32;
+    const std::uint32_t n = v.slots;
+    for (std::uint32_t p = j + ahead, e = p + 16 < n ? p + 16 : n; p < e; ++p) {
+      const std::uint32_t hp = v.ring_head[p];
+      const std::size_t b = static_cast<std::size_t>(p) * L;
+      __builtin_prefetch(v.ring + b + hp, 1);
+      __builtin_prefetch(v.window + b + (hp + 1 < L ? hp + 1 : hp), 0);
+    }
+  }
+  const std::size_t base = static_cast<std::size_t>(j) * L;
+  const __m512 c = _mm512_loadu_ps(v.staging + j);
+  const __m512i ci = _mm512_castps_si512(c);
+  const __m512i h = _mm512_loadu_si512(v.ring_head + j);
+  const __m512i next = _mm512_add_epi32(h, _mm512_set1_epi32(1));
+  const __m512i zero = _mm512_setzero_si512();
+  const __mmask16 used = _mm512_cmp_ps_mask(c, _mm512_setzero_ps(), _CMP_NEQ_UQ);  // c != 0, NaN included
+  const __mmask16 inside = _mm512_cmplt_epu32_mask(next, _mm512_set1_epi32(static_cast<int>(L)));
+  const __m512i old = _mm512_mask_i32gather_epi32(zero, inside, _mm512_add_epi32(stride, next), v.window + base, 4);
+  _mm512_mask_i32scatter_ps(v.ring + base, used, _mm512_add_epi32(stride, h), c, 4);
+  const __m512i kc = _mm512_maskz_mov_epi32(_mm512_cmple_epu32_mask(ci, _mm512_set1_epi32(0x7F800000)), ci);
+  const __m512i pre = maxu16(kc, _mm512_loadu_si512(v.window_front + j));  // unused: kc = 0
+  _mm512_storeu_si512(wmax, maxu16(pre, old));
+  _mm512_storeu_si512(v.window_front + j, pre);  // a wrapping slot's is rebuilt below
+  _mm512_storeu_si512(v.ring_head + j, _mm512_mask_mov_epi32(h, used, _mm512_maskz_mov_epi32(inside, next)));
+  // The heads that wrap: this round's commits become the old ones.
+  for (std::uint32_t wrap = used & static_cast<__mmask16>(~inside); wrap != 0; wrap &= wrap - 1)
+    build_window_suffix(v, j + static_cast<std::uint32_t>(__builtin_ctz(wrap)));
+}
+#endif
+
+/// The host update of long windows (van Herk / Gil-Werman). Since slot j's ring head last wrapped to
+/// 0, positions [0, head) hold new commits and [head, L) the previous round's. The window max is
+/// max(max of [0, head], max of [head + 1, L)): the first is a running maximum (window_front[j]),
+/// the second a suffix maximum computed once per round when the head wraps (window[j*L + p], O(L)
+/// once per L commits, vectorised). An update reads and writes two adjacent positions of two arrays
+/// and nothing data-dependent, where the deque's pops chase ring positions through it. The maxima are
+/// of the ordering keys (window_ukey), so the result is the scan's float bit for bit. Unused slots
+/// (c == 0, unpredictable) go through the same branch-free code and change nothing. With AVX-512, 16
+/// slots at a time (delayed_suffix_update16); the slots left over one at a time.
 template <class Algo>
 inline void delayed_update_bucket_suffix(const delayed_bucket_view& v, Algo algo, delayed_update_args args) noexcept {
   // Slots are updated in chunks whose amaxes stay on the stack for the vectorised scale pass. Each
-  // slot's ring line sits on a page of its own: it is prefetched a few slots ahead to overlap the
-  // cache and TLB misses.
+  // slot's ring and suffix lines sit on pages of their own: they are prefetched a few slots ahead to
+  // overlap the cache and TLB misses.
   constexpr std::uint32_t chunk = 64, ahead = 8;
   const std::uint32_t L = v.history_length, n = v.slots;
-  const std::size_t stride = line_suffix_stride(v);
-  const std::uint32_t* const entries = line_suffix_base(v);
   const float* __restrict staging = v.staging;
   std::uint32_t* __restrict head = v.ring_head;
   std::uint32_t* __restrict front = v.window_front;
   std::uint32_t amax_bits[chunk];
   for (std::uint32_t j0 = 0; j0 < n; j0 += chunk) {
     const std::uint32_t count = n - j0 < chunk ? n - j0 : chunk;
-    for (std::uint32_t k = 0; k < count; ++k) {
+    std::uint32_t k = 0;
+#ifdef TEQUANT_DELAYED_AVX512
+    for (; k + 16 <= count; k += 16) {
+      const std::uint32_t j = j0 + k;
+      delayed_suffix_update16(v, j, amax_bits + k);
+      for (std::uint32_t s = 0; s < 16; ++s) amax_bits[k + s] = float_bits(algo(staging[j + s], bits_float(amax_bits[k + s])));
+    }
+#endif
+    for (; k < count; ++k) {
       const std::uint32_t j = j0 + k;
 #if defined(__GNUC__) || defined(__clang__)
       if (j + ahead < n) {
-        const std::uint32_t p = j + ahead;
-        __builtin_prefetch(v.ring + static_cast<std::size_t>(p) * L + head[p], 1);
+        const std::uint32_t p = j + ahead, hp = head[p];
+        const std::size_t base = static_cast<std::size_t>(p) * L;
+        __builtin_prefetch(v.ring + base + hp, 1);
+        __builtin_prefetch(v.window + base + (hp + 1 < L ? hp + 1 : hp), 0);
       }
 #endif
       if (v.window_size[j] != window_suffix) [[unlikely]] build_window_suffix(v, j);
-      float* ring = v.ring + static_cast<std::size_t>(j) * L;
+      const std::size_t base = static_cast<std::size_t>(j) * L;
+      float* ring = v.ring + base;
+      const std::uint32_t* suffix = v.window + base;
       const float c = staging[j];
-      const std::uint32_t h = head[j], next = h + 1, hl = h + line_shift(v, j);
-      const std::uint32_t* e = entries + j * stride + 2 * (hl / ring_line_floats);
-      const std::uint32_t later = e[0], after = e[1] >> (hl % ring_line_floats) >> 1;  // records after h
-      // The first record after h (none: 0). Read before the commit below stores to the same line: a
-      // load after it from a position that is h on some updates and not on others would make the
-      // processor guess its dependence on the store, and replay whenever it guessed wrong.
-      std::uint32_t any = after != 0 ? 0xFFFFFFFFu : 0u;
+      const std::uint32_t h = head[j], next = h + 1;
       std::uint32_t used = c != 0.0f ? 0xFFFFFFFFu : 0u;
 #if defined(__GNUC__) || defined(__clang__)
-      __asm__("" : "+r"(any), "+r"(used));  // keeps the selects below from becoming branches
+      __asm__("" : "+r"(used));  // keeps the blends below from becoming branches
 #endif
-      // The bit above the line keeps countr_zero from its zero case; with no record, q = h (read, unused).
-      const std::uint32_t q = h + ((1u + static_cast<std::uint32_t>(std::countr_zero(after | 0x10000u))) & any);
-      const std::uint32_t in_line = window_ukey(ring[q]) & any;
       ring[h] = bits_float((float_bits(c) & used) | (float_bits(ring[h]) & ~used));
       const std::uint32_t kc = window_ukey(c), pre0 = front[j];
       const std::uint32_t pre = kc > pre0 ? kc : pre0;  // an unused slot's key is 0: pre == pre0
-      const std::uint32_t rest = in_line > later ? in_line : later;
-      amax_bits[k] = float_bits(algo(c, bits_float(pre > rest ? pre : rest)));
       const std::uint32_t last = next < L ? 0xFFFFFFFFu : 0u;
+      const std::uint32_t old = suffix[next < L ? next : h] & last;
+      amax_bits[k] = float_bits(algo(c, bits_float(pre > old ? pre : old)));
       if ((used & ~last) != 0) [[unlikely]] {  // the head wraps: this round's commits become the old ones
         head[j] = 0;
         build_window_suffix(v, j);
@@ -739,17 +765,7 @@ class delayed_bucket {
 
   /// The kernel/host-loop view; pointers stay valid until the next add_slot.
   delayed_bucket_view view() noexcept {
-    if constexpr (host_accessible) {
-      // The host update's line suffix maxima (derived state) follow the ring's address: when the ring
-      // moved (grown, or this bucket copied), the slots that have them build them again.
-      if (lines_ring_ != ring_.data()) {
-        for (std::uint32_t j = 0; j < n_; ++j)
-          if (wsize_.data()[j] == detail::window_suffix) wsize_.data()[j] = detail::window_stale;
-        lines_ring_ = ring_.data();
-      }
-    }
-    return {n_,           L_,         staging_.data(), scale_.data(), ring_.data(),
-            head_.data(), window_.data(), front_.data(), wsize_.data(), host_accessible ? lines_.data() : nullptr};
+    return {n_, L_, staging_.data(), scale_.data(), ring_.data(), head_.data(), window_.data(), front_.data(), wsize_.data()};
   }
 
   /// Contiguous staging amaxes of all slots: the buffer the MAX all-reduce works on in place.
@@ -802,8 +818,6 @@ class delayed_bucket {
     auto front = backend_.template make_buffer<std::uint32_t>(ncap);
     auto wsize = backend_.template make_buffer<std::uint32_t>(ncap);
     const std::size_t n = n_, rn = static_cast<std::size_t>(n_) * L_;
-    // The line maxima follow the ring's address: view() rebuilds them after the move below.
-    std::vector<std::uint32_t> lines(host_accessible ? ncap * 2 * (detail::ring_lines(L_) + 1) : 0);
     if (n != 0) {
       backend_.copy(staging.data(), staging_.data(), n);
       backend_.copy(scale.data(), scale_.data(), n);
@@ -820,7 +834,6 @@ class delayed_bucket {
     window_ = std::move(window);
     front_ = std::move(front);
     wsize_ = std::move(wsize);
-    lines_ = std::move(lines);
     cap_ = cap;
   }
 
@@ -861,10 +874,6 @@ class delayed_bucket {
   std::uint32_t cap_ = 0;
   buffer_type<float> staging_{}, scale_{}, ring_{};
   buffer_type<std::uint32_t> head_{}, window_{}, front_{}, wsize_{};
-  // The host update's line suffix maxima (see delayed_bucket_view::line_suffix): host memory, derived.
-  static constexpr bool host_accessible = Backend::host_accessible;
-  std::vector<std::uint32_t> lines_;
-  const float* lines_ring_ = nullptr;  // the ring address lines_ was built for
 };
 
 }  // namespace tequant
