@@ -356,7 +356,7 @@ template <class Algo>
 /// the commit is a masked broadcast of the amax into the vector at the head (an unused slot's mask is
 /// empty) and a masked store, and the window maximum is taken from the vector still in
 /// the register (the maxps chain from +0, reduced across the 16 slots as in ring_max16), so the ring
-/// is read and written once. Then the heads, and the group's scales by delayed_scale_pass.
+/// is read and written once. Then the heads; the scales by delayed_scale_pass after the groups.
 template <std::uint32_t FixedL, class Algo>
 inline void delayed_update_ring_lines_avx512(const delayed_bucket_view& v, std::uint32_t n16, Algo algo,
                                              float scaled_max) noexcept {
