@@ -12,7 +12,9 @@
 
 #include "recipe/te_roll_reference.hpp"
 #include "tequant/backend/host.hpp"
+#include "tequant/persistence/bytes.hpp"
 #include "tequant/recipe/delayed.hpp"
+#include "tequant/recipe/delayed_io.hpp"
 #include "tequant/recipe/delayed_state.hpp"
 
 namespace {
@@ -173,6 +175,136 @@ TEST_CASE("the host's whole-bucket update leaves the per-slot update's ring, hea
                         std::memcmp(vw.scale, ve.scale, n * sizeof(float)) == 0 &&
                         std::memcmp(vw.staging, ve.staging, n * sizeof(float)) == 0;
       REQUIRE_MESSAGE(same, "L=", L, " step=", step);
+    }
+  }
+}
+
+namespace {
+
+// Amaxes that put the window maximum where a long-window update splits the ring: runs that decrease
+// through a whole round (the maximum is the oldest commit, the position right after the head), runs
+// that increase (the newest), random ones, and NaN, inf, negative and unused commits at positions that
+// drift across 16-position boundaries (a cache line of the ring) from slot to slot.
+float structured_amax(std::uint32_t j, std::uint32_t t, std::uint32_t L, amax_source& rnd) {
+  const float inf = std::numeric_limits<float>::infinity();
+  if ((t + j) % 16 == 15) return inf;
+  if ((t + j) % 16 == 0) return std::numeric_limits<float>::quiet_NaN();
+  if ((t + 2 * j) % 23 == 0) return 0.0f;   // unused: the head stays, the slots' heads drift apart
+  if ((t + 3 * j) % 29 == 0) return -1.0f;  // committed, never the maximum
+  if ((t + j) % 31 == 0) return -0.0f;      // unused too (c == 0)
+  const float x = std::exp2(-static_cast<float>((t + 5 * j) % L) / 8.0f);
+  switch ((t / L + j) % 3) {
+    case 0: return x;          // decreasing through the round
+    case 1: return 1.0f / x;   // increasing
+    default: return rnd.next();
+  }
+}
+
+}  // namespace
+
+// Window lengths around multiples of 16 and of the line split, many slots (vector groups and a tail):
+// every position of every line is the head, the window maximum sits right after it, at line ends, in
+// later lines, or is the amax itself.
+TEST_CASE("long windows equal TE's roll at every head position (L not a multiple of 16, NaN/inf at line ends)") {
+  for (std::uint32_t L : {65u, 66u, 79u, 80u, 81u, 97u, 130u, 257u}) {
+    CAPTURE(L);
+    const std::uint32_t n = 37, steps = 3 * L + 50;
+    bucket b(L);
+    for (std::uint32_t j = 0; j < n; ++j) b.add_slot();
+    te_roll::state ref(n, L);
+    amax_source rnd(L);
+    const tequant::delayed_update_args args{448.0f};
+    for (std::uint32_t t = 0; t < steps; ++t) {
+      for (std::uint32_t j = 0; j < n; ++j) b.staging()[j] = ref.row(0)[j] = structured_amax(j, t, L, rnd);
+      b.update(tequant::window_max{}, args);
+      ref.update(te_roll::algo::max, args.scaled_max);
+      bool equal = true;
+      for (std::uint32_t j = 0; j < n; ++j) equal = equal && same_bits(b.scale(j), ref.scale[j]);
+      REQUIRE_MESSAGE(equal, "L=", L, " step=", t);
+    }
+    std::vector<float> exported(std::size_t{L} * n);
+    b.export_te_history(0, n, exported);
+    CHECK(std::memcmp(exported.data(), ref.history.data(), exported.size() * sizeof(float)) == 0);
+  }
+}
+
+namespace {
+
+// Scales, staging and TE's view of the history (the last L-1 commits; an import rotates the ring and
+// zeroes the entry TE does not keep, so the ring's bytes may differ where no update reads them).
+void require_same_state(bucket& a, bucket& b, std::uint32_t n, std::uint32_t L, const char* what, std::uint32_t t) {
+  const auto va = a.view(), vb = b.view();
+  std::vector<float> ha(std::size_t{L} * n), hb(std::size_t{L} * n);
+  a.export_te_history(0, n, ha);
+  b.export_te_history(0, n, hb);
+  const bool same = std::memcmp(ha.data(), hb.data(), ha.size() * sizeof(float)) == 0 &&
+                    std::memcmp(va.scale, vb.scale, n * sizeof(float)) == 0 &&
+                    std::memcmp(va.staging, vb.staging, n * sizeof(float)) == 0;
+  REQUIRE_MESSAGE(same, what, ": L=", L, " step=", t);
+}
+
+}  // namespace
+
+// Whatever state the host update derives from the ring (the window storage, or anything kept beside
+// it) must be rebuilt after each way the ring can reach a bucket without that update: a state file, a
+// copy of the bucket (new addresses), growth (reallocation), TE import, and the per-slot update. The
+// disturbed bucket must then go on exactly like one that was never disturbed, with heads mid-line.
+TEST_CASE("saving, loading, copying, growing or re-importing a bucket mid-window changes no later update") {
+  for (std::uint32_t L : {80u, 97u, 1024u}) {
+    CAPTURE(L);
+    const std::uint32_t n = 40, steps = L == 1024 ? 2 * L + 100 : 4 * L + 30;
+    bucket plain(L), moved(L);
+    for (std::uint32_t j = 0; j < n; ++j) plain.add_slot(), moved.add_slot();
+    amax_source rnd(3 + L);
+    const tequant::delayed_update_args args{448.0f};
+    const std::uint32_t every = L / 3 + 7;  // disturbances at heads that are not line boundaries
+    for (std::uint32_t t = 0; t < steps; ++t) {
+      for (std::uint32_t j = 0; j < n; ++j) plain.staging()[j] = moved.staging()[j] = structured_amax(j, t, L, rnd);
+      const char* what = "undisturbed";
+      if (t % every == every - 1) {
+        switch ((t / every) % 5) {
+          case 0: {  // through a state file
+            tequant::detail::byte_writer w;
+            tequant::detail::save_delayed_bucket(moved, w);
+            tequant::detail::byte_reader r(w.bytes(), "test");
+            moved = tequant::detail::load_delayed_bucket(r, L, tequant::host_backend{});
+            what = "loaded";
+            break;
+          }
+          case 1: {  // a copy at other addresses (the original destroyed)
+            bucket copy(moved);
+            moved = bucket(L);
+            moved = copy;
+            what = "copied";
+            break;
+          }
+          case 2: {  // reallocated by growth; the new slots stay unused
+            const std::uint32_t before = moved.size();
+            for (std::uint32_t k = 0; k < before; ++k) moved.add_slot();
+            what = "grown";
+            break;
+          }
+          case 3: {  // every slot through TE's layout
+            std::vector<float> te(std::size_t{L} * n);
+            moved.export_te_history(0, n, te);
+            moved.import_te_history(0, n, te);
+            what = "re-imported";
+            break;
+          }
+          default: {  // one update of a few slots by the per-slot path (the CUDA kernel's), the rest by the bucket
+            const auto v = moved.view(), pv = plain.view();
+            for (std::uint32_t j = 0; j < n; j += 7) {
+              tequant::delayed_update_slot(v, j, v.staging[j], tequant::window_max{}, args);
+              tequant::delayed_update_slot(pv, j, pv.staging[j], tequant::window_max{}, args);
+            }
+            what = "per-slot";
+            break;
+          }
+        }
+      }
+      plain.update(tequant::window_max{}, args);
+      moved.update(tequant::window_max{}, args);
+      require_same_state(plain, moved, n, L, what, t);
     }
   }
 }

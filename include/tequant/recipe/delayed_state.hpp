@@ -356,7 +356,7 @@ template <class Algo>
 /// the commit is a masked broadcast of the amax into the vector at the head (an unused slot's mask is
 /// empty) and a masked store, and the window maximum is taken from the vector still in
 /// the register (the maxps chain from +0, reduced across the 16 slots as in ring_max16), so the ring
-/// is read and written once. Then the heads, and the scales as delayed_scale_pass computes them.
+/// is read and written once. Then the heads; the scales by delayed_scale_pass after the groups.
 template <std::uint32_t FixedL, class Algo>
 inline void delayed_update_ring_lines_avx512(const delayed_bucket_view& v, std::uint32_t n16, Algo algo,
                                              float scaled_max) noexcept {
@@ -391,15 +391,11 @@ inline void delayed_update_ring_lines_avx512(const delayed_bucket_view& v, std::
     const __m512i next = _mm512_add_epi32(h, ones);
     const __mmask16 wraps = _mm512_cmpeq_epi32_mask(next, _mm512_set1_epi32(static_cast<int>(L)));
     _mm512_storeu_si512(v.ring_head + j, _mm512_mask_mov_epi32(h, used, _mm512_maskz_mov_epi32(static_cast<__mmask16>(~wraps), next)));
-    // The scale where the slot is used and 0 < amax < inf (false for NaN); 0 < q <= inf there.
-    const __mmask16 take = used & _mm512_cmp_ps_mask(amax, zero, _CMP_GT_OQ) &
-                           _mm512_cmp_ps_mask(amax, _mm512_set1_ps(bits_float(0x7F800000u)), _CMP_LT_OQ);
-    const __m512 q = _mm512_mask_min_ps(zero, 0xFFFF, _mm512_mask_div_ps(zero, 0xFFFF, _mm512_set1_ps(scaled_max), amax),
-                                        _mm512_set1_ps(float_max));
-    _mm512_storeu_ps(v.scale + j, _mm512_mask_mov_ps(_mm512_loadu_ps(v.scale + j), take, q));
-    _mm512_storeu_ps(v.staging + j, _mm512_mask_mov_ps(c, used, zero));
-    _mm512_storeu_si512(v.window_size + j, _mm512_set1_epi32(static_cast<int>(window_stale)));
+    _mm512_storeu_si512(v.window_size + j, _mm512_castps_si512(amax));  // for the scale pass below
   }
+  // The scales and staging by the scale pass's rule, from the amaxes left in window_size (marked
+  // stale again as they are read), in a pass of its own over the three arrays (still in the cache).
+  delayed_scale_pass<true>(v.staging, v.scale, v.window_size, n16, scaled_max);
 }
 #endif
 
