@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tequant/comm/layout.hpp"
+#include "tequant/config.hpp"
 #include "tequant/error.hpp"
 #include "tequant/manager_types.hpp"
 #include "tequant/persistence/bytes.hpp"
@@ -173,7 +174,7 @@ class slot_table {
   /// The same where the caller expects direction D (plan_cast branches on the direction first, so
   /// there the direction compare folds away): the bucket and the index, two compares.
   template <direction D>
-  void check_in(slot_id s, const char* where) const {
+  TEQUANT_ALWAYS_INLINE void check_in(slot_id s, const char* where) const {
     // The fields go to the message one by one: passing the struct made the cast path spill it.
     if (s.dir != D || s.bucket >= bucket_count_ || s.index >= limit_[static_cast<int>(D)].data()[s.bucket])
         [[unlikely]]
