@@ -260,13 +260,20 @@ class quantization_manager {
   /// no amax; no forward update, no flush (inside a backward task the boundary may act first).
   frame_guard checkpoint_replay(checkpoint_frame& frame) {
     if constexpr (detail::can_checkpoint_replay<stack_part>()) {
+      constexpr bool checks_first = requires {
+        frames_.require_replayable(frame, this);
+        frames_.open_checked_replay(frame);
+      };
       if constexpr (is_stateful) {
         if constexpr (requires { frames_.require_replayable(frame, this); })
           frames_.require_replayable(frame, this);  // a refused replay queues nothing
         flush_.replay_enter();
       }
       const bool prev = enabled_;
-      enabled_ = frames_.open_replay(frame, this);
+      if constexpr (is_stateful && checks_first)
+        enabled_ = frames_.open_checked_replay(frame);  // checked above: once per replay
+      else
+        enabled_ = frames_.open_replay(frame, this);
       keys_.spoil();
       return frame_guard(this, &frame, prev, !detail::close_ignores_unwinding<stack_part>);  // built in place: no move
     } else {

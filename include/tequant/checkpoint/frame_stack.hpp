@@ -115,8 +115,14 @@ class frame_stack {
 
   /// Reopens `f` for its replay; returns the autocast state its original forward ran under.
   TEQUANT_ALWAYS_INLINE bool open_replay(checkpoint_frame& f, const void* owner) {
-    using phase = detail::frame_access::phase;
     require_replayable(f, owner);
+    return open_checked_replay(f);
+  }
+
+  /// open_replay for a caller that ran require_replayable(f, owner) itself, just before (the manager
+  /// checks before it queues the replay's entry into the boundary): the frame is checked once.
+  TEQUANT_ALWAYS_INLINE bool open_checked_replay(checkpoint_frame& f) {
+    using phase = detail::frame_access::phase;
     push({&f, mode::replaying});
     detail::frame_access::set(f, phase::replaying);
     ++replay_depth_;
@@ -259,11 +265,15 @@ class frame_stack {
   // The open frames live in the first top_ entries of frames_, which keeps its size: a step's frames
   // reuse the storage without an allocation (and without the vector's bookkeeping per push and pop).
   TEQUANT_ALWAYS_INLINE void push(entry e) {
-    if (top_ == frames_.size()) [[unlikely]]
+    if (top_ == capacity_) [[unlikely]]
       grow();
     frames_[top_++] = e;
   }
-  [[gnu::noinline]] void grow() { frames_.resize(std::max<std::size_t>(8, 2 * frames_.size())); }
+  // capacity_ caches frames_.size(): the vector's size is a pointer difference and a shift per push.
+  [[gnu::noinline]] void grow() {
+    frames_.resize(std::max<std::size_t>(8, 2 * frames_.size()));
+    capacity_ = frames_.size();
+  }
 
   // The messages are built out of line: require()'s arguments would be evaluated on every call.
   [[noreturn, gnu::noinline, gnu::cold]] static void not_idle(const checkpoint_frame& f) {
@@ -363,6 +373,7 @@ class frame_stack {
   }
 
   std::vector<entry> frames_;  // storage; the open frames are the first top_, the oldest first
+  std::size_t capacity_ = 0;   // frames_.size()
   std::size_t top_ = 0;
   std::uint32_t replay_depth_ = 0;
   std::size_t outstanding_ = 0;
