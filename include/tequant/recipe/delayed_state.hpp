@@ -520,9 +520,9 @@ inline void build_window_suffix(const delayed_bucket_view& v, std::uint32_t j) n
     t = max16(t, shift_down<2>(t));
     t = max16(t, shift_down<4>(t));
     t = max16(t, shift_down<8>(t));
-    t = max16(t, carry16);
-    _mm512_storeu_ps(reinterpret_cast<float*>(suffix + p - 16), t);
-    carry16 = _mm512_mask_permutexvar_ps(t, 0xFFFF, lane0, t);
+    // The block's scan does not depend on the carry: the carry's chain is one max per block.
+    _mm512_storeu_ps(reinterpret_cast<float*>(suffix + p - 16), max16(t, carry16));
+    carry16 = max16(_mm512_mask_permutexvar_ps(t, 0xFFFF, lane0, t), carry16);
   }
   std::uint32_t m = float_bits(_mm512_cvtss_f32(carry16));
 #elif defined(TEQUANT_DELAYED_SSE2)
@@ -532,9 +532,8 @@ inline void build_window_suffix(const delayed_bucket_view& v, std::uint32_t j) n
     __m128 t = _mm_max_ps(_mm_loadu_ps(ring + p - 4), zero4);
     t = _mm_max_ps(t, _mm_castsi128_ps(_mm_srli_si128(_mm_castps_si128(t), 4)));
     t = _mm_max_ps(t, _mm_castsi128_ps(_mm_srli_si128(_mm_castps_si128(t), 8)));
-    t = _mm_max_ps(t, carry4);
-    _mm_storeu_ps(reinterpret_cast<float*>(suffix + p - 4), t);
-    carry4 = _mm_shuffle_ps(t, t, 0);
+    _mm_storeu_ps(reinterpret_cast<float*>(suffix + p - 4), _mm_max_ps(t, carry4));  // carry off the scan's chain
+    carry4 = _mm_max_ps(_mm_shuffle_ps(t, t, 0), carry4);
   }
   std::uint32_t m = float_bits(_mm_cvtss_f32(carry4));
 #else
