@@ -101,6 +101,61 @@ TEST_CASE("bf16 cast: every bf16 pattern times many scales, tails, misaligned ["
   check_all_patterns<fp8_dtype::e5m2>();
 }
 
+#if TEQUANT_HAS_X86_TARGET_ATTRIBUTES
+namespace {
+
+/// encode32_pow2 on the 65,536 bf16 patterns times 2^j against the portable cast: the codes of the lanes
+/// it does not report, and which lanes it reports (exactly the nonzero subnormals and the products
+/// below FP8's smallest normal). Returns the number of mismatching lanes.
+template <fp8_dtype D>
+TEQUANT_TARGET_AVX512 std::size_t pow2_mismatches(const std::vector<bf16>& x, int j) {
+  const float s = std::ldexp(1.0f, j);
+  const double min_normal = std::ldexp(1.0, 1 - detail::fp8_traits<D>::bias);
+  std::vector<std::uint8_t> want(x.size());
+  detail::scale_encode_scalar<D>(x.data(), x.size(), s, want.data(), false);
+  const detail::avx512::pow2_lanes c = detail::avx512::pow2_constants<D>(s);
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < x.size(); i += 32) {
+    __mmask32 slow = 0;
+    alignas(32) std::uint8_t got[32];
+    const __m256i codes = detail::avx512::encode32_pow2<D>(_mm512_loadu_si512(x.data() + i), c, slow);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(got), codes);
+    for (std::size_t l = 0; l < 32; ++l) {
+      std::uint16_t b = 0;
+      std::memcpy(&b, &x[i + l], 2);
+      const double y = std::fabs(static_cast<double>(detail::widen(x[i + l])) * s);
+      const bool expect_slow = (b & 0x7FFF) != 0 && ((b & 0x7F80) == 0 || y < min_normal);
+      const bool is_slow = ((slow >> l) & 1u) != 0;
+      bad += is_slow != expect_slow || (!is_slow && got[l] != want[i + l]);
+    }
+  }
+  return bad;
+}
+
+}  // namespace
+#endif
+
+TEST_CASE("bf16 times a power of two in 16-bit lanes: every pattern, every exponent [" TEQUANT_TEST_VARIANT "]") {
+#if TEQUANT_HAS_X86_TARGET_ATTRIBUTES
+  if (!detail::host_has_avx512()) return;  // nothing to compare on this CPU
+  CHECK(detail::avx512::pow2_multiplier(0x1p-126f));
+  CHECK(detail::avx512::pow2_multiplier(0x1p127f));
+  CHECK(detail::avx512::pow2_multiplier(1.0f));
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (const float s : {0.0f, -1.0f, 3.0f, 0x1p-127f, inf, nan}) {
+    CAPTURE(s);
+    CHECK_FALSE(detail::avx512::pow2_multiplier(s));
+  }
+  std::vector<bf16> x(65536);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = from_bits(static_cast<std::uint16_t>(i));
+  for (int j = -126; j <= 127; ++j) {
+    CAPTURE(j);
+    CHECK(pow2_mismatches<fp8_dtype::e4m3>(x, j) == 0);
+    CHECK(pow2_mismatches<fp8_dtype::e5m2>(x, j) == 0);
+  }
+#endif
+}
+
 TEST_CASE("bf16 cast: the streaming path (4 Mi elements, misaligned output) [" TEQUANT_TEST_VARIANT "]") {
   std::mt19937 rng(5);
   const std::size_t n = (std::size_t{4} << 20) + 45;
@@ -108,6 +163,23 @@ TEST_CASE("bf16 cast: the streaming path (4 Mi elements, misaligned output) [" T
   for (auto& v : x) v = from_bits(static_cast<std::uint16_t>(rng()));
   check_scale_encode<fp8_dtype::e4m3>(x, 1, n, 0x1p-3f, 3);
   check_scale_encode<fp8_dtype::e5m2>(x, 0, n, 1.0f, 0);
+#if TEQUANT_HAS_X86_TARGET_ATTRIBUTES
+  // Through the dispatch the output streams only past the per-core share of the last-level cache;
+  // the kernels themselves at the smallest size they stream at.
+  const std::size_t min = detail::streaming_store_min_bytes;
+  std::vector<std::uint8_t> want(n), got(n + 3);
+  const std::uint32_t want_bits = detail::scale_encode_scalar<fp8_dtype::e4m3>(x.data() + 1, n, 0x1p-3f, want.data(), true);
+  if (detail::host_has_avx512()) {
+    CHECK(detail::avx512::scale_encode<fp8_dtype::e4m3>(x.data() + 1, n, 0x1p-3f, got.data() + 3, true, min) == want_bits);
+    CHECK(std::memcmp(got.data() + 3, want.data(), n) == 0);
+  }
+  if (detail::host_has_avx2()) {
+    std::fill(got.begin(), got.end(), 0);
+    CHECK(detail::avx2::scale_encode<fp8_dtype::e4m3>(x.data() + 1, n, 0x1p-3f, got.data() + 3, true, min) == want_bits);
+    CHECK(std::memcmp(got.data() + 3, want.data(), n) == 0);
+  }
+  MESSAGE("per-tensor casts stream from " << detail::avx2::per_tensor_stream_min_bytes() << " bytes here");
+#endif
 }
 
 namespace {
@@ -142,7 +214,8 @@ TEST_CASE_TEMPLATE("MXFP8 rowwise (fp32, bf16): inf, NaN, zero and overflowing b
         const unsigned kind = static_cast<unsigned>(rng() % 8);
         const int ex = static_cast<int>(rng() % 250) - 125;
         for (std::size_t t = 0; t < 32; ++t) {
-          const float v = mx_block_value(kind, ex, false, rng);
+          float v = mx_block_value(kind, ex, false, rng);
+          if (kind == 7) v = std::ldexp(v, -static_cast<int>(rng() % 48));  // FP8 subnormals beside normals
           if constexpr (std::is_same_v<T, float>) x[m * K + kb * 32 + t] = v;
           else x[m * K + kb * 32 + t] = tequant::to_bf16(v);
         }
@@ -172,9 +245,11 @@ TEST_CASE_TEMPLATE("MXFP8 rowwise (fp32, bf16): inf, NaN, zero and overflowing b
 namespace {
 
 /// x [M, K] of T whose 32x1 column blocks are of random kinds: inf, NaN, signed zeros, near the largest
-/// floats (codes up to 254), an inf or a negative NaN among finite values, or ordinary values.
+/// floats (codes up to 254), an inf or a negative NaN among finite values, FP8 subnormals beside
+/// normals, or ordinary values. finite: no block with an inf or code 254 (the kernels' fast path for
+/// whole chunks).
 template <class T>
-std::vector<T> column_block_matrix(std::size_t M, std::size_t K, std::mt19937& rng) {
+std::vector<T> column_block_matrix(std::size_t M, std::size_t K, std::mt19937& rng, bool finite = false) {
   std::vector<T> x(M * K);
   const auto put = [&](std::size_t i, float v) {
     if constexpr (std::is_same_v<T, float>) x[i] = v;
@@ -182,11 +257,13 @@ std::vector<T> column_block_matrix(std::size_t M, std::size_t K, std::mt19937& r
   };
   for (std::size_t mb = 0; mb < M / 32; ++mb)
     for (std::size_t k = 0; k < K; ++k) {
-      const unsigned kind = static_cast<unsigned>(rng() % 10);
+      static constexpr unsigned finite_kinds[] = {1, 2, 5, 6, 7, 8};
+      const unsigned kind = finite ? finite_kinds[rng() % 6] : static_cast<unsigned>(rng() % 10);
       const int ex = static_cast<int>(rng() % 250) - 125;
       for (std::size_t t = 0; t < 32; ++t) {
         float v = mx_block_value(kind, ex, true, rng);
         if (kind == 5) v = std::ldexp(v, -140 - ex);  // subnormal floats
+        if (kind == 7) v = std::ldexp(v, -static_cast<int>(rng() % 48));
         put((mb * 32 + t) * K + k, v);
       }
     }
@@ -214,32 +291,34 @@ void check_columnwise_kernels() {
   // K: one chunk's tail of 32 columns (fp32 casts 64 at a time), more than one chunk (4096 columns),
   // a narrow last chunk; M: one and several 32-row blocks (the next block prefetched).
   for (const std::size_t K : {std::size_t{32}, std::size_t{96}, std::size_t{4096}, std::size_t{4096 + 32}, std::size_t{8192 + 96}})
-    for (const std::size_t M : {std::size_t{32}, std::size_t{96}}) {
-      const auto x = column_block_matrix<T>(M, K, rng);
-      for (const bool stream : {false, true})
-        for (const std::size_t off : {std::size_t{0}, std::size_t{16}, std::size_t{5}}) {
-          CAPTURE(K);
-          CAPTURE(M);
-          CAPTURE(stream);
-          CAPTURE(off);
-          tequant::detail::with_dtype(fp8_dtype::e4m3, [&]<fp8_dtype D>() {
-            check_columnwise<D>(x, M, K, off, stream, [](auto... a) { detail::mxfp8_columnwise_host<D>(a...); });
+    for (const std::size_t M : {std::size_t{32}, std::size_t{96}})
+      for (const bool finite : {false, true}) {
+        const auto x = column_block_matrix<T>(M, K, rng, finite);
+        CAPTURE(finite);
+        for (const bool stream : {false, true})
+          for (const std::size_t off : {std::size_t{0}, std::size_t{16}, std::size_t{5}}) {
+            CAPTURE(K);
+            CAPTURE(M);
+            CAPTURE(stream);
+            CAPTURE(off);
+            tequant::detail::with_dtype(fp8_dtype::e4m3, [&]<fp8_dtype D>() {
+              check_columnwise<D>(x, M, K, off, stream, [](auto... a) { detail::mxfp8_columnwise_host<D>(a...); });
 #if TEQUANT_HAS_X86_TARGET_ATTRIBUTES
-            // Each vector kernel called directly where the CPU has it: the AVX-512 one and the AVX2 one.
-            if (detail::host_has_avx512())
-              check_columnwise<D>(x, M, K, off, stream, [](auto... a) { detail::avx512::mxfp8_columnwise<D>(a...); });
-            if (detail::host_has_avx2())
-              check_columnwise<D>(x, M, K, off, stream, [](auto x0, auto M0, auto K0, auto d, auto s, auto sc, bool) {
-                detail::avx2::mxfp8_columnwise<D>(x0, M0, K0, d, s, sc);  // plain stores whatever `stream` says
-              });
+              // Each vector kernel called directly where the CPU has it: the AVX-512 one and the AVX2 one.
+              if (detail::host_has_avx512())
+                check_columnwise<D>(x, M, K, off, stream, [](auto... a) { detail::avx512::mxfp8_columnwise<D>(a...); });
+              if (detail::host_has_avx2())
+                check_columnwise<D>(x, M, K, off, stream, [](auto x0, auto M0, auto K0, auto d, auto s, auto sc, bool) {
+                  detail::avx2::mxfp8_columnwise<D>(x0, M0, K0, d, s, sc);  // plain stores whatever `stream` says
+                });
 #endif
-          });
-          if (K > 4096) continue;
-          tequant::detail::with_dtype(fp8_dtype::e5m2, [&]<fp8_dtype D>() {
-            check_columnwise<D>(x, M, K, off, stream, [](auto... a) { detail::mxfp8_columnwise_host<D>(a...); });
-          });
-        }
-    }
+            });
+            if (K > 4096) continue;
+            tequant::detail::with_dtype(fp8_dtype::e5m2, [&]<fp8_dtype D>() {
+              check_columnwise<D>(x, M, K, off, stream, [](auto... a) { detail::mxfp8_columnwise_host<D>(a...); });
+            });
+          }
+      }
 }
 
 }  // namespace
@@ -280,6 +359,7 @@ std::vector<T> block_matrix(std::mt19937& rng, std::size_t M, std::size_t K, std
       if (kd == 3) v = std::ldexp(std::uniform_real_distribution<float>(-2.0f, 2.0f)(rng), 126);
       if (kd == 4) v = r < 8 ? 0.0f : std::ldexp(v, -140 - ex);  // tiny: fp8_max / amax overflows (0 * inf: NaN)
       if (kd == 5) v = std::ldexp(v, -ex);       // magnitudes around 1
+      if (kd == 6) v = std::ldexp(v, -ex - static_cast<int>(r % 24));  // around 1 and down to FP8 subnormals
       if constexpr (std::is_same_v<T, float>) x[off + m * K + k] = v;
       else x[off + m * K + k] = tequant::to_bf16(v);
     }

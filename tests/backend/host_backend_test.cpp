@@ -129,7 +129,9 @@ TEST_CASE_TEMPLATE("host block 128x128 kernel against the portable loop [" TEQUA
 }
 
 // Outputs of streaming_store_min_bytes or more are written with non-temporal stores by the AVX2
-// kernels (16-byte aligned destinations only; the per-tensor cast peels up to the first boundary).
+// kernels (16-byte aligned destinations only; the per-tensor cast peels up to the first boundary;
+// through the backend the per-tensor casts stream only past per_tensor_stream_min_bytes, at least as
+// large, which host_avx512_test covers by calling the kernels at the smallest size).
 // Byte for byte the same as the portable loops, at aligned and unaligned destinations.
 TEST_CASE_TEMPLATE("host quantizers on outputs large enough to stream [" TEQUANT_TEST_VARIANT "]", T, float, tequant::bf16) {
   namespace td = tequant::detail;

@@ -87,6 +87,74 @@ TEQUANT_TARGET_AVX512_INLINE inline __m256i encode32(__m512i a, __m512 s, __m512
   return encode32<D, Amax>(a, s, s, m);
 }
 
+// ---- bf16 times a power of two, in 16-bit lanes ----------------------------------------------------
+//
+// MXFP8's multipliers (and block scaling's with power-of-two scales) are powers of two, and x * 2^j
+// is exact while it stays a normal float, so the FP8 code follows from x's bits alone: the sign-cleared
+// pattern plus (j + bias - 127) << 7 is the product's FP8 exponent and mantissa, and shifting it right
+// by 7 - mant with ties to even (a carry into the exponent included) and clamping to the largest
+// finite code gives what code_low_bytes16 gives for x * 2^j. That is one vector for 32 elements where
+// encode32 widens them to two float vectors: 16 instructions per 32 instead of 24. Lanes whose product
+// is below FP8's smallest normal (or that are bf16 subnormals) are reported, not cast: the caller casts
+// their 32 elements with encode32 (a block rarely has one: it needs |x| below about 2^-15 of the block
+// amax for E4M3, 2^-31 for E5M2).
+
+/// Per-multiplier constants of encode32_pow2 (16-bit lanes, or one value broadcast).
+struct pow2_lanes {
+  __m512i add;  ///< ((j + bias - 127) << 7) + the rounding half minus one
+  __m512i lo;   ///< the smallest sign-cleared pattern whose product is an FP8 normal (at least 0x80)
+};
+
+/// The two constants of encode32_pow2 for multipliers 2^j given as float bits (normal, > 0), 32-bit lanes.
+template <fp8_dtype D>
+TEQUANT_TARGET_AVX512_INLINE inline void pow2_constants8(__m256i mult_bits, __m256i& add, __m256i& lo) noexcept {
+  using tr = fp8_traits<D>;
+  // j + bias - 127 = (biased exponent of 2^j) + bias - 254, times 2^7 (bf16's mantissa width).
+  const __m256i d = _mm256_slli_epi32(_mm256_add_epi32(_mm256_srli_epi32(mult_bits, 23), _mm256_set1_epi32(tr::bias - 254)), 7);
+  add = _mm256_add_epi32(d, _mm256_set1_epi32((1 << (6 - tr::mant)) - 1));
+  lo = _mm256_max_epi32(_mm256_sub_epi32(_mm256_set1_epi32(0x80), d), _mm256_set1_epi32(0x80));
+}
+
+/// pow2_constants8 for one multiplier, broadcast.
+template <fp8_dtype D>
+TEQUANT_TARGET_AVX512_INLINE inline pow2_lanes pow2_constants(float mult) noexcept {
+  alignas(32) std::int32_t add[8], lo[8];
+  __m256i a, l;
+  pow2_constants8<D>(_mm256_castps_si256(_mm256_set1_ps(mult)), a, l);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(add), a);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lo), l);
+  return {_mm512_set1_epi16(static_cast<short>(add[0])), _mm512_set1_epi16(static_cast<short>(lo[0]))};
+}
+
+/// Whether s is a power of two that encode32_pow2 takes (a normal float with a zero mantissa, > 0).
+inline bool pow2_multiplier(float s) noexcept {
+  std::uint32_t b = 0;
+  __builtin_memcpy(&b, &s, 4);
+  return (b & 0x807FFFFFu) == 0 && b - 0x00800000u < 0x7F000000u;
+}
+
+/// Codes of the 32 bf16 in a times 2^j (c: pow2_constants of 2^j), in order, as encode32 gives them,
+/// except for the lanes set in the returned mask (nonzero lanes below c.lo: their codes are undefined).
+template <fp8_dtype D>
+TEQUANT_TARGET_AVX512_INLINE inline __m256i encode32_pow2(__m512i a, const pow2_lanes& c, __mmask32& slow) noexcept {
+  using tr = fp8_traits<D>;
+  constexpr int sh = 7 - tr::mant;
+  const __m512i abs = _mm512_and_si512(a, _mm512_set1_epi16(0x7FFF));
+  const __mmask32 small = _mm512_cmplt_epu16_mask(abs, c.lo);  // zeros included (lo >= 0x80)
+  slow = _mm512_mask_test_epi16_mask(small, abs, abs);
+  const __mmask32 nan = _mm512_cmpgt_epu16_mask(abs, _mm512_set1_epi16(0x7F80));
+  // Ties to even: the rounding half minus one (in c.add), plus one where the kept part is odd.
+  __m512i t = _mm512_add_epi16(abs, c.add);
+  t = _mm512_mask_add_epi16(t, _mm512_test_epi16_mask(abs, _mm512_set1_epi16(1 << sh)), t, _mm512_set1_epi16(1));
+  const __m512i max_code = _mm512_set1_epi16(static_cast<short>(tr::max_code));
+  __m512i code = _mm512_maskz_min_epu16(static_cast<__mmask32>(~small), _mm512_srli_epi16(t, sh), max_code);
+  // inf * 2^j is inf, which saturates (its exponent field read as a number would not, for j < 0).
+  code = _mm512_mask_mov_epi16(code, _mm512_cmpeq_epi16_mask(abs, _mm512_set1_epi16(0x7F80)), max_code);
+  // code | (the sign byte & 0x80), then NaN -> 0x7F.
+  const __m512i r = _mm512_ternarylogic_epi32(code, _mm512_srli_epi16(a, 8), _mm512_set1_epi16(0x80), 0xF8);
+  return _mm512_cvtepi16_epi8(_mm512_mask_mov_epi16(r, nan, _mm512_set1_epi16(0x7F)));
+}
+
 /// 32 bytes at out (Stream: non-temporal, out 16-byte aligned; Aligned32: one 32-byte store, out 32-byte aligned).
 template <bool Stream, bool Aligned32 = false>
 TEQUANT_TARGET_AVX512_INLINE inline void store32(std::uint8_t* out, __m256i v) noexcept {
@@ -117,6 +185,7 @@ TEQUANT_TARGET_AVX512 inline std::uint32_t amax(const bf16* x, std::size_t n) no
   std::size_t i = 0;
   __m512i m0 = _mm512_setzero_si512(), m1 = m0;
   for (; i + 64 <= n; i += 64) {
+    avx2::prefetch_bytes(reinterpret_cast<const char*>(x + i) + avx2::stream_prefetch_bytes, 128);
     m0 = max_keys16(m0, _mm512_loadu_si512(x + i));
     m1 = max_keys16(m1, _mm512_loadu_si512(x + i + 32));
   }
@@ -133,8 +202,10 @@ template <fp8_dtype D, bool Stream, bool Amax>
 TEQUANT_TARGET_AVX512 inline __m512i scale_encode_run(const bf16* x, std::size_t& i, std::size_t n, __m512 s,
                                                       std::uint8_t* out) noexcept {
   __m512i m = _mm512_setzero_si512();
-  for (; i + 32 <= n; i += 32)
+  for (; i + 32 <= n; i += 32) {
+    _mm_prefetch(reinterpret_cast<const char*>(x + i) + avx2::stream_prefetch_bytes, _MM_HINT_T0);
     store32<Stream, true>(out + i, encode32<D, Amax>(_mm512_loadu_si512(x + i), s, m));
+  }
   return m;
 }
 
@@ -147,13 +218,13 @@ TEQUANT_TARGET_AVX512 inline std::uint32_t scale_encode_any(const bf16* x, std::
 
 /// avx2::scale_encode for bf16.
 template <fp8_dtype D>
-TEQUANT_TARGET_AVX512 inline std::uint32_t scale_encode(const bf16* x, std::size_t n, float scale, std::uint8_t* out,
-                                                        bool with_amax) noexcept {
-  if (!(scale > 0.0f && scale <= 3.40282347e38f)) return avx2::scale_encode<D>(x, n, scale, out, with_amax);
+TEQUANT_TARGET_AVX512 inline std::uint32_t scale_encode(const bf16* x, std::size_t n, float scale, std::uint8_t* out, bool with_amax,
+                                                        std::size_t stream_min = avx2::per_tensor_stream_min_bytes()) noexcept {
+  if (!(scale > 0.0f && scale <= 3.40282347e38f)) return avx2::scale_encode<D>(x, n, scale, out, with_amax, stream_min);
   std::size_t i = 0;
   const __m512 s = _mm512_set1_ps(scale);
   std::uint32_t m = 0;
-  if (n >= streaming_store_min_bytes) {
+  if (n >= stream_min) {
     // The elements before the first 32-byte boundary of out go through the scalar loop.
     const std::size_t head = (32 - reinterpret_cast<std::uintptr_t>(out) % 32) % 32;
     m = scale_encode_scalar<D>(x, head, scale, out, with_amax);
@@ -241,14 +312,39 @@ TEQUANT_TARGET_AVX512_INLINE inline __m256i encode32_at(const T* p, __m512 s) no
   }
 }
 
+/// The eight MXFP8 blocks of 32 bf16 at p with multipliers mult (lanes; powers of two, as float bits;
+/// also in mv) at out: encode32_pow2, and encode32 for the blocks where it reports a lane (after the
+/// eight, so that the common case has no branch between them).
+template <fp8_dtype D, bool Stream>
+TEQUANT_TARGET_AVX512_INLINE inline void cast_group_pow2(const bf16* p, __m256i mult, const float* mv, std::uint8_t* out) noexcept {
+  alignas(32) std::int32_t add[8], lo[8];
+  __m256i a8, l8;
+  pow2_constants8<D>(mult, a8, l8);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(add), a8);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lo), l8);
+  __mmask32 slow[8];
+#  if !defined(__CUDACC__)
+#    pragma GCC unroll 8
+#  endif
+  for (int b = 0; b < 8; ++b) {
+    const pow2_lanes c{_mm512_set1_epi16(static_cast<short>(add[b])), _mm512_set1_epi16(static_cast<short>(lo[b]))};
+    store32<Stream>(out + b * 32, encode32_pow2<D>(_mm512_loadu_si512(p + b * 32), c, slow[b]));
+  }
+  const __mmask32 any = _kor_mask32(_kor_mask32(_kor_mask32(slow[0], slow[1]), _kor_mask32(slow[2], slow[3])),
+                                    _kor_mask32(_kor_mask32(slow[4], slow[5]), _kor_mask32(slow[6], slow[7])));
+  if (any == 0) return;
+  for (int b = 0; b < 8; ++b)
+    if (slow[b]) store32<Stream>(out + b * 32, encode32_at<D>(p + b * 32, _mm512_set1_ps(mv[b])));
+}
+
 /// avx2::mxfp8_rowwise_run for bf16 and fp32: eight blocks' amaxes, their codes and multipliers 8-wide, each
 /// block cast from L1. Software-pipelined: the next group's amaxes are computed before this group is
 /// cast (they do not depend on it), so the out-of-order core overlaps the reduction with the cast
 /// instead of waiting on its dependency chain (measured from L2: 0.200 -> 0.185 ns per element).
 /// Each block's multiplier is broadcast from memory (a load-port operand, instead of a vpermps on the
-/// vector pipes), and the reads are left to the hardware prefetcher: the rows are read in order, and
-/// software prefetches (two per block, 2 KiB ahead) only took issue slots. Both: from L2 0.186 -> 0.180
-/// ns per fp32 element (native; portable 0.181 -> 0.174), 64 MiB 0.243 -> 0.212 (0.224 -> 0.201).
+/// vector pipes). The input is prefetched stream_prefetch_bytes ahead: on Zen 4 software prefetches
+/// (two per block, 2 KiB ahead) only took issue slots, but on the Xeon measured later the hardware
+/// prefetcher alone left 64 MiB at 8.8 / 10.0 ms (fp32 / bf16) against 7.6 / 8.1 with them.
 template <fp8_dtype D, bool Stream, class T>
 TEQUANT_TARGET_AVX512 inline void mxfp8_rowwise_run(const T* x, std::size_t M, std::size_t K, std::uint8_t* data,
                                                     std::uint8_t* scale, std::size_t scale_cols) noexcept {
@@ -267,13 +363,18 @@ TEQUANT_TARGET_AVX512 inline void mxfp8_rowwise_run(const T* x, std::size_t M, s
       alignas(32) float mv[8];
       _mm256_store_ps(mv, mult);
       if (g + 1 < groups) keys = group_keys8(p + 256);
+      avx2::prefetch_bytes(reinterpret_cast<const char*>(p) + avx2::stream_prefetch_bytes, 256 * sizeof(T));
       // Code 254 (an inf or overflowing block) has multiplier 0, where inf * 0 is NaN: the AVX2 cast.
       const unsigned zero_mult = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(e, _mm256_set1_epi32(254)))));
       if (zero_mult == 0) {  // the common case, unrolled: no branches, constants kept in registers
+        if constexpr (std::is_same_v<T, bf16>) {
+          cast_group_pow2<D, Stream>(p, _mm256_castps_si256(mult), mv, dst + kb * 32);
+        } else {
 #  if !defined(__CUDACC__)  // nvcc's front end does not know the pragma (its own unroll is for device code)
 #    pragma GCC unroll 8
 #  endif
-        for (int b = 0; b < 8; ++b) store32<Stream>(dst + kb * 32 + b * 32, encode32_at<D>(p + b * 32, _mm512_set1_ps(mv[b])));
+          for (int b = 0; b < 8; ++b) store32<Stream>(dst + kb * 32 + b * 32, encode32_at<D>(p + b * 32, _mm512_set1_ps(mv[b])));
+        }
       } else {
         for (int b = 0; b < 8; ++b) {
           if ((zero_mult >> b) & 1u) {
@@ -365,14 +466,17 @@ TEQUANT_TARGET_AVX512 inline void mxfp8_columnwise_rows(const float* x, std::siz
 }
 
 /// mxfp8_columnwise_rows for bf16: the amaxes on the 16-bit patterns (max_keys16), the cast with
-/// encode32 and each 32 columns' multipliers split into the even and the odd columns (encode32's
-/// lanes). encode32 needs multipliers > 0; a 32-column chunk with code 254 (an inf or overflowing
-/// block: multiplier 0, where inf * 0 is NaN) is cast with encode16 on the widened halves.
+/// encode32_pow2 and each column's constants (in the keys' place), and with encode32 where it reports
+/// a lane (each 32 columns' multipliers split into the even and the odd columns, encode32's lanes).
+/// Both need multipliers > 0; a chunk with code 254 (an inf or overflowing block: multiplier 0, where
+/// inf * 0 is NaN) is cast with encode32, and its 32 columns with that code with encode16 on the
+/// widened halves.
 template <fp8_dtype D, bool Stream>
 TEQUANT_TARGET_AVX512 inline void mxfp8_columnwise_rows(const bf16* x, std::size_t K, std::size_t W, std::uint8_t* data,
                                                         std::uint8_t* scale, const bf16* next, std::size_t next_w) noexcept {
   constexpr std::size_t N = mxfp8_columnwise_chunk;
-  alignas(64) std::uint16_t keys[N];
+  alignas(64) std::uint16_t keys[N];  // the column amaxes, then encode32_pow2's `add` of each column
+  alignas(64) std::uint16_t lo[N];    // encode32_pow2's `lo` of each column
   alignas(64) float mult[N];  // per 32 columns: the 16 even columns' multipliers, then the 16 odd ones'
   std::uint32_t zero_mult[N / 32 / 32] = {};  // bit kb: the chunk of columns [32 kb, 32 kb + 32) has code 254
   for (std::size_t c = 0; c < W; c += 32) _mm512_store_si512(keys + c, _mm512_setzero_si512());
@@ -394,6 +498,10 @@ TEQUANT_TARGET_AVX512 inline void mxfp8_columnwise_rows(const bf16* x, std::size
         avx2::store8_bytes(scale + c + 16 * h + 8 * q, e);
         z |= static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(e, _mm256_set1_epi32(254)))));
         mh[q] = avx2::e8m0_multipliers8(e);
+        __m256i add8, lo8;
+        pow2_constants8<D>(_mm256_castps_si256(mh[q]), add8, lo8);
+        _mm_store_si128(reinterpret_cast<__m128i*>(keys + c + 16 * h + 8 * q), _mm256_cvtepi32_epi16(add8));
+        _mm_store_si128(reinterpret_cast<__m128i*>(lo + c + 16 * h + 8 * q), _mm256_cvtepi32_epi16(lo8));
       }
       m[h] = _mm512_insertf32x8(_mm512_castps256_ps512(mh[0]), mh[1], 1);
     }
@@ -408,11 +516,22 @@ TEQUANT_TARGET_AVX512 inline void mxfp8_columnwise_rows(const bf16* x, std::size
     const bf16* p = x + r * K;
     std::uint8_t* out = data + r * K;
     const char* pf = next_w ? reinterpret_cast<const char*>(next + r * K) : nullptr;
-    if (!any_zero) {
+    if (!any_zero) {  // every multiplier a power of two: encode32_pow2, then encode32 where it reports a lane
+      __mmask32 any = 0;
       for (std::size_t c = 0; c < W; c += 32) {
         if (c < next_w) _mm_prefetch(pf + c * 2, _MM_HINT_T1);
-        store32<Stream>(out + c,
-                        encode32<D, false>(_mm512_loadu_si512(p + c), _mm512_load_ps(mult + c), _mm512_load_ps(mult + c + 16), unused));
+        __mmask32 slow;
+        const pow2_lanes pc{_mm512_load_si512(keys + c), _mm512_load_si512(lo + c)};
+        store32<Stream>(out + c, encode32_pow2<D>(_mm512_loadu_si512(p + c), pc, slow));
+        any = _kor_mask32(any, slow);
+      }
+      if (any == 0) continue;
+      for (std::size_t c = 0; c < W; c += 32) {
+        __mmask32 slow;
+        const __m512i a = _mm512_loadu_si512(p + c);
+        const pow2_lanes pc{_mm512_load_si512(keys + c), _mm512_load_si512(lo + c)};
+        (void)encode32_pow2<D>(a, pc, slow);
+        if (slow) store32<Stream>(out + c, encode32<D, false>(a, _mm512_load_ps(mult + c), _mm512_load_ps(mult + c + 16), unused));
       }
       continue;
     }
@@ -476,9 +595,23 @@ TEQUANT_TARGET_AVX512 inline void mxfp8_columnwise(const T* x, std::size_t M, st
 /// Whether s is finite and > 0 (the AVX-512 encoders' condition).
 inline bool encodable_scale(float s) noexcept { return s > 0.0f && s <= 3.40282347e38f; }
 
-/// out[0..128) = fp8(p[0..128) * s): the AVX-512 encoders when s allows them, else avx2::encode32.
+/// out[0..128) = fp8(p[0..128) * s): the AVX-512 encoders when s allows them (bf16 times a power of
+/// two: encode32_pow2), else avx2::encode32.
 template <fp8_dtype D, bool Stream, class T>
-TEQUANT_TARGET_AVX512_INLINE inline void tile_cast128(const T* p, __m512 s, bool ok, std::uint8_t* out) noexcept {
+TEQUANT_TARGET_AVX512_INLINE inline void tile_cast128(const T* p, float scale, bool ok, std::uint8_t* out) noexcept {
+  const __m512 s = _mm512_set1_ps(scale);
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (ok && pow2_multiplier(scale)) {
+      const pow2_lanes c = pow2_constants<D>(scale);
+      __mmask32 slow[4];
+      for (int q = 0; q < 4; ++q) store32<Stream>(out + q * 32, encode32_pow2<D>(_mm512_loadu_si512(p + q * 32), c, slow[q]));
+      if (_kor_mask32(_kor_mask32(slow[0], slow[1]), _kor_mask32(slow[2], slow[3])) == 0) return;
+      __m512i unused = _mm512_setzero_si512();
+      for (int q = 0; q < 4; ++q)
+        if (slow[q]) store32<Stream>(out + q * 32, encode32<D, false>(_mm512_loadu_si512(p + q * 32), s, unused));
+      return;
+    }
+  }
   if (ok) {
     __m512i unused = _mm512_setzero_si512();
     for (int q = 0; q < 4; ++q) {
@@ -489,8 +622,7 @@ TEQUANT_TARGET_AVX512_INLINE inline void tile_cast128(const T* p, __m512 s, bool
       }
     }
   } else {
-    const __m256 s8 = _mm512_castps512_ps256(s);
-    for (int q = 0; q < 4; ++q) avx2::encode32<D, Stream>(p + q * 32, s8, out + q * 32);
+    for (int q = 0; q < 4; ++q) avx2::encode32<D, Stream>(p + q * 32, _mm256_set1_ps(scale), out + q * 32);
   }
 }
 
@@ -556,10 +688,11 @@ TEQUANT_TARGET_AVX512 inline void block_rowwise_run(const T* x, std::size_t M, s
       if (g + 1 < groups) keys = group_tile_keys8(p + 1024);
       const unsigned ok = static_cast<unsigned>(_mm256_movemask_ps(_mm256_and_ps(
           _mm256_cmp_ps(s, _mm256_setzero_ps(), _CMP_GT_OQ), _mm256_cmp_ps(s, _mm256_set1_ps(3.40282347e38f), _CMP_LE_OQ))));
-      const __m512 s16 = _mm512_castps256_ps512(s);
+      alignas(32) float sv[8];
+      _mm256_store_ps(sv, s);
       for (int b = 0; b < 8; ++b) {
         avx2::prefetch_bytes(p + b * 128 + ahead / sizeof(T), 128 * sizeof(T));
-        tile_cast128<D, Stream>(p + b * 128, _mm512_permutexvar_ps(_mm512_set1_epi32(b), s16), (ok >> b) & 1u, dst + c0 + b * 128);
+        tile_cast128<D, Stream>(p + b * 128, sv[b], (ok >> b) & 1u, dst + c0 + b * 128);
       }
     }
     for (std::size_t c0 = full; c0 < K; c0 += 128) {
@@ -603,7 +736,7 @@ TEQUANT_TARGET_AVX512_INLINE inline void block_2d_row_cast(const T* p, std::size
   const std::size_t full = K / 128;
   for (std::size_t kb = 0; kb < full; ++kb) {
     if (kb < next_tiles) avx2::prefetch_bytes(next + kb * 128, 128 * sizeof(T));
-    tile_cast128<D, Stream>(p + kb * 128, _mm512_set1_ps(scale[kb]), ok[kb], out + kb * 128);
+    tile_cast128<D, Stream>(p + kb * 128, scale[kb], ok[kb], out + kb * 128);
   }
   if (full * 128 < K) avx2::scale_encode<D>(p + full * 128, K - full * 128, scale[full], out + full * 128, false);
 }
