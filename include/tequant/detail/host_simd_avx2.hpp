@@ -200,8 +200,10 @@ inline constexpr std::size_t stream_prefetch_bytes = 4096;
 /// three quarters of one core's share of the last-level cache where the C library reports its size
 /// (glibc's memcpy switches to non-temporal stores by a similar rule), whichever is larger. An output
 /// that fits in that share is cheaper to write with ordinary stores, and its consumer finds it in
-/// cache. Measured: a 480 MiB cache on 2 cores (Xeon) casts 64 MiB of fp32 in 7.2 ms with ordinary
-/// stores and 9.2 with streaming ones; on Zen 4 (32 MiB) streaming was the faster. Checked once.
+/// cache. Measured: with a reported 480 MiB cache on 2 cores (Xeon) 64 MiB of fp32 casts in 7.2 ms
+/// with ordinary stores and 9.2 with streaming ones; on the Zen 4 machine measured earlier streaming
+/// was the faster at these sizes (it still streams there if its reported share is below the output;
+/// not measured since). Checked once.
 inline std::size_t per_tensor_stream_min_bytes() noexcept {
   static const std::size_t bytes = [] {
     std::size_t b = streaming_store_min_bytes;
