@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "tequant/config.hpp"
+#include "tequant/detail/host_simd_avx2_pow2.hpp"
 #include "tequant/detail/host_simd_scalar.hpp"
 
 #if TEQUANT_HAS_X86_TARGET_ATTRIBUTES
@@ -85,9 +86,18 @@ TEQUANT_TARGET_AVX2_INLINE inline __m256i amax_key8(__m256 v) noexcept {
 
 /// 16-bit amax keys of the 16 bf16 at p: the key of a bf16 is its sign-cleared bits (<< 16 as a float
 /// key), NaN (above 0x7F80) -> 0. Signed 16-bit max orders them like the values.
-TEQUANT_TARGET_AVX2_INLINE inline __m256i bf16_keys16(const bf16* p) noexcept {
-  const __m256i k = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), _mm256_set1_epi16(0x7FFF));
+TEQUANT_TARGET_AVX2_INLINE inline __m256i bf16_keys16(__m256i a) noexcept {
+  const __m256i k = _mm256_and_si256(a, _mm256_set1_epi16(0x7FFF));
   return _mm256_andnot_si256(_mm256_cmpgt_epi16(k, _mm256_set1_epi16(0x7F80)), k);
+}
+
+TEQUANT_TARGET_AVX2_INLINE inline __m256i bf16_keys16(const bf16* p) noexcept {
+  return bf16_keys16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+/// The largest of 16-bit keys m as 32-bit amax keys in 8 lanes.
+TEQUANT_TARGET_AVX2_INLINE inline __m256i widen_keys16(__m256i m) noexcept {
+  return _mm256_slli_epi32(_mm256_max_epi32(_mm256_and_si256(m, _mm256_set1_epi32(0xFFFF)), _mm256_srli_epi32(m, 16)), 16);
 }
 
 /// 8 lanes of amax keys whose max is the amax key of the 32 elements at p.
@@ -95,9 +105,7 @@ template <class T>
 TEQUANT_TARGET_AVX2_INLINE inline __m256i keys32(const T* p) noexcept {
   if constexpr (std::is_same_v<T, bf16>) {
     // On the 16-bit patterns directly, widened to 32-bit keys at the end.
-    const __m256i m = _mm256_max_epi16(bf16_keys16(p), bf16_keys16(p + 16));
-    const __m256i m32 = _mm256_max_epi32(_mm256_and_si256(m, _mm256_set1_epi32(0xFFFF)), _mm256_srli_epi32(m, 16));
-    return _mm256_slli_epi32(m32, 16);
+    return widen_keys16(_mm256_max_epi16(bf16_keys16(p), bf16_keys16(p + 16)));
   } else {
     return _mm256_max_epi32(_mm256_max_epi32(amax_key8(load8(p)), amax_key8(load8(p + 8))),
                             _mm256_max_epi32(amax_key8(load8(p + 16)), amax_key8(load8(p + 24))));
@@ -167,6 +175,17 @@ TEQUANT_TARGET_AVX2_INLINE inline void store32(std::uint8_t* out, __m256i c0, __
   }
 }
 
+/// 32 codes already in byte order at out (Stream: non-temporal, out 16-byte aligned).
+template <bool Stream>
+TEQUANT_TARGET_AVX2_INLINE inline void store_bytes32(std::uint8_t* out, __m256i b) noexcept {
+  if constexpr (Stream) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(b));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out + 16), _mm256_extracti128_si256(b, 1));
+  } else {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), b);
+  }
+}
+
 /// Orders the streaming stores before anything this thread writes next (a flag another thread or a
 /// device reads, say): they are weakly ordered and would otherwise sit in write-combining buffers.
 TEQUANT_TARGET_AVX2_INLINE inline void stream_fence() noexcept { _mm_sfence(); }
@@ -178,6 +197,40 @@ TEQUANT_TARGET_AVX2_INLINE inline void encode32(const T* x, __m256 s, std::uint8
   load32(x, v);
   store32<Stream, halves<T>>(out, encode8<D>(_mm256_mul_ps(v[0], s)), encode8<D>(_mm256_mul_ps(v[1], s)),
                              encode8<D>(_mm256_mul_ps(v[2], s)), encode8<D>(_mm256_mul_ps(v[3], s)));
+}
+
+/// out[0..32 * n) = fp8(x[0..32 * n) * mult) for a power of two mult (c: its constants): encode32_pow2,
+/// and encode32 for all n where that reports a lane (once per group: the common case has one test).
+template <fp8_dtype D, bool Stream, int N>
+TEQUANT_TARGET_AVX2_INLINE inline void encode_pow2_group(const bf16* x, const pow2_words& c, __m256 mult, std::uint8_t* out) noexcept {
+  __m256i slow = _mm256_setzero_si256();
+  for (int q = 0; q < N; ++q) store_bytes32<Stream>(out + 32 * q, encode32_pow2<D>(x + 32 * q, c, c, slow));
+  if (!_mm256_testz_si256(slow, slow))
+    for (int q = 0; q < N; ++q) encode32<D, Stream>(x + 32 * q, mult, out + 32 * q);
+}
+
+/// One 1x128 tile (or MXFP8's eight 32-element blocks with their own multipliers: encode_pow2_group
+/// each) of T at x times s: encode_pow2_group where T is bf16 and s a power of two (block scaling's
+/// power-of-two scales; c: its constants), else encode32.
+template <fp8_dtype D, bool Stream, class T>
+TEQUANT_TARGET_AVX2_INLINE inline void encode_tile128(const T* x, float s, const pow2_pairs& c, std::uint8_t* out) noexcept {
+  const __m256 sv = _mm256_set1_ps(s);
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (pow2_multiplier(s)) return encode_pow2_group<D, Stream, 4>(x, c.words(), sv, out);
+  }
+  for (int q = 0; q < 4; ++q) encode32<D, Stream>(x + 32 * q, sv, out + 32 * q);
+}
+
+/// pow2_pairs of one power-of-two multiplier s (scalar: once per tile and row block).
+template <fp8_dtype D>
+inline pow2_pairs pow2_pairs_of(float s) noexcept {
+  using tr = fp8_traits<D>;
+  std::uint32_t bits = 0;
+  __builtin_memcpy(&bits, &s, 4);
+  const std::int32_t d = (static_cast<std::int32_t>(bits >> 23) + tr::bias - 254) * 128;
+  const std::int32_t add = d + (1 << (6 - tr::mant)) - 1, lo = 0x80 - d > 0x80 ? 0x80 - d : 0x80;
+  const auto pair = [](std::int32_t v) { return static_cast<std::int32_t>((static_cast<std::uint32_t>(v) & 0xFFFFu) * 0x10001u); };
+  return {pair(add), pair(lo), pair(lo + 0x7FFF)};
 }
 
 /// Prefetches [p, p + bytes) into L1. The grouped kernels read a group twice (amax, then cast from L1);
@@ -340,6 +393,23 @@ TEQUANT_TARGET_AVX2_INLINE inline void store8_bytes(std::uint8_t* out, __m256i v
   _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm_packus_epi16(w, w));
 }
 
+/// The eight MXFP8 blocks of 32 bf16 at p with multipliers mult (powers of two) at out: encode32_pow2
+/// with each block's constants, and encode32 for all eight where it reports a lane.
+template <fp8_dtype D, bool Stream>
+TEQUANT_TARGET_AVX2_INLINE inline void mxfp8_group_pow2(const bf16* p, __m256 mult, std::uint8_t* out) noexcept {
+  constexpr std::size_t ahead = prefetch_ahead(8 * 32 * sizeof(bf16));
+  pow2_pairs c[8];
+  pow2_pairs8<D>(mult, c);
+  __m256i slow = _mm256_setzero_si256();
+  for (int b = 0; b < 8; ++b) {
+    prefetch_bytes(p + b * 32 + ahead / sizeof(bf16), 32 * sizeof(bf16));
+    const pow2_words w = c[b].words();
+    store_bytes32<Stream>(out + b * 32, encode32_pow2<D>(p + b * 32, w, w, slow));
+  }
+  if (!_mm256_testz_si256(slow, slow))
+    for (int b = 0; b < 8; ++b) encode32<D, Stream>(p + b * 32, lane(mult, b), out + b * 32);
+}
+
 // Eight blocks at a time: their amaxes land in one vector (no per-block horizontal reduction and no
 // scalar scale code on the critical path), the scales are computed 8-wide, then each block is cast
 // from L1 with its scale broadcast from that vector.
@@ -360,6 +430,13 @@ TEQUANT_TARGET_AVX2 inline void mxfp8_rowwise_run(const T* x, std::size_t M, std
       const __m256i e = e8m0_codes8<D>(transpose_max8(bm));
       store8_bytes(sc + kb, e);
       const __m256 mult = e8m0_multipliers8(e);
+      if constexpr (std::is_same_v<T, bf16>) {
+        // Code 254 (an inf or overflowing block) has multiplier 0, where inf * 0 is NaN: encode32.
+        if (_mm256_testz_si256(_mm256_cmpeq_epi32(e, _mm256_set1_epi32(254)), _mm256_set1_epi32(-1))) {
+          mxfp8_group_pow2<D, Stream>(p, mult, dst + kb * 32);
+          continue;
+        }
+      }
       for (int b = 0; b < 8; ++b) {
         prefetch_bytes(p + b * 32 + ahead / sizeof(T), 32 * sizeof(T));
         encode32<D, Stream>(p + b * 32, lane(mult, b), dst + kb * 32 + b * 32);
@@ -421,6 +498,42 @@ TEQUANT_TARGET_AVX2_INLINE inline void column_keys32(const T* p, std::size_t K, 
   }
 }
 
+/// The cast of mxfp8_column_group for bf16 when every column's multiplier is a power of two (no code
+/// 254 among them): encode32_pow2 with each column's constants (read from L1, 16-bit lanes), and
+/// encode32 for a row's 32 columns where it reports a lane. False (nothing written) otherwise.
+template <fp8_dtype D, int NV>
+TEQUANT_TARGET_AVX2 inline bool mxfp8_column_group_pow2(const bf16* x, std::size_t K, std::size_t c0, std::uint8_t* data,
+                                                        const __m256* mult) noexcept {
+  static_assert(NV % 4 == 0);
+  constexpr std::size_t ahead = 1024 / sizeof(bf16);
+  __m256i zero = _mm256_setzero_si256();
+  for (int j = 0; j < NV; ++j) zero = _mm256_or_si256(zero, _mm256_cmpeq_epi32(_mm256_castps_si256(mult[j]), _mm256_setzero_si256()));
+  if (!_mm256_testz_si256(zero, zero)) return false;
+  pow2_words c[NV / 2];
+  for (int h = 0; h < NV / 2; ++h) c[h] = pow2_words16<D>(_mm256_castps_si256(mult[2 * h]), _mm256_castps_si256(mult[2 * h + 1]));
+  const bool prefetch = c0 + ahead < K;
+  for (std::size_t r = 0; r < 32; ++r) {
+    const bf16* p = x + r * K + c0;
+    if (prefetch)
+      for (std::size_t o = 0; o < NV * 8 * sizeof(bf16); o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + ahead) + o, _MM_HINT_T1);
+    for (int q = 0; q < NV / 4; ++q) {
+      __m256i slow = _mm256_setzero_si256();
+      const __m256i codes = encode32_pow2<D>(p + q * 32, c[2 * q], c[2 * q + 1], slow);
+      std::uint8_t* out = data + r * K + c0 + q * 32;
+      if (_mm256_testz_si256(slow, slow)) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), codes);
+      } else {
+        __m256 m[4], v[4];
+        halves_order<bf16>(mult + 4 * q, m);
+        load32(p + q * 32, v);
+        store32<false, true>(out, encode8<D>(_mm256_mul_ps(v[0], m[0])), encode8<D>(_mm256_mul_ps(v[1], m[1])),
+                             encode8<D>(_mm256_mul_ps(v[2], m[2])), encode8<D>(_mm256_mul_ps(v[3], m[3])));
+      }
+    }
+  }
+  return true;
+}
+
 /// MXFP8 32x1 blocks of the 32 x (8 * NV) values at x + c0 (row stride K): column amaxes in registers,
 /// E8M0 codes and multipliers 8-wide, then the cast while the same columns of later groups are
 /// prefetched row by row. The hardware prefetcher does not follow 32 interleaved row streams, and the
@@ -437,6 +550,9 @@ TEQUANT_TARGET_AVX2 inline void mxfp8_column_group(const T* x, std::size_t K, st
     const __m256i e = e8m0_codes8<D>(keys[j]);
     store8_bytes(scale + c0 + j * 8, e);
     mult[j] = e8m0_multipliers8(e);
+  }
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (mxfp8_column_group_pow2<D, NV>(x, K, c0, data, mult)) return;
   }
   for (int q = 0; q < NV; q += 4) {
     __m256 m[4];
@@ -528,13 +644,15 @@ TEQUANT_TARGET_AVX2 inline void block_rowwise_run(const T* x, std::size_t M, std
         bm[b] = tile_keys128(t, _mm256_setzero_si256());
       }
       const __m256 s = block_scales8<D>(transpose_max8(bm), pow2, eps, value_for_inf);
-      alignas(32) float inv[8];
+      alignas(32) float inv[8], sv[8];
       _mm256_store_ps(inv, _mm256_div_ps(_mm256_set1_ps(1.0f), s));
+      _mm256_store_ps(sv, s);
+      pow2_pairs c[8] = {};
+      if constexpr (std::is_same_v<T, bf16>) pow2_pairs8<D>(s, c);
       for (int b = 0; b < 8; ++b) scale_inv[(c0 / 128 + static_cast<std::size_t>(b)) * scale_stride + m] = inv[b];
       for (int b = 0; b < 8; ++b) {
         prefetch_bytes(p + b * 128 + ahead / sizeof(T), 128 * sizeof(T));
-        const __m256 sb = lane(s, b);
-        for (int q = 0; q < 4; ++q) encode32<D, Stream>(p + b * 128 + q * 32, sb, dst + c0 + b * 128 + q * 32);
+        encode_tile128<D, Stream>(p + b * 128, sv[b], c[b], dst + c0 + b * 128);
       }
     }
     for (std::size_t c0 = full; c0 < K; c0 += 128) {
@@ -581,14 +699,12 @@ TEQUANT_TARGET_AVX2_INLINE inline void block_2d_row_amax(const T* p, std::size_t
   }
 }
 
-/// Row p cast tile by tile with scale[kb] into out.
+/// Row p cast tile by tile with scale[kb] (c[kb]: its pow2_pairs where it is a power of two) into out.
 template <fp8_dtype D, bool Stream, class T>
-TEQUANT_TARGET_AVX2_INLINE inline void block_2d_row_cast(const T* p, std::size_t K, const float* scale, std::uint8_t* out) noexcept {
+TEQUANT_TARGET_AVX2_INLINE inline void block_2d_row_cast(const T* p, std::size_t K, const float* scale, const pow2_pairs* c,
+                                                        std::uint8_t* out) noexcept {
   const std::size_t full = K / 128;
-  for (std::size_t kb = 0; kb < full; ++kb) {
-    const __m256 sv = _mm256_set1_ps(scale[kb]);
-    for (int q = 0; q < 4; ++q) encode32<D, Stream>(p + kb * 128 + q * 32, sv, out + kb * 128 + q * 32);
-  }
+  for (std::size_t kb = 0; kb < full; ++kb) encode_tile128<D, Stream>(p + kb * 128, scale[kb], c[kb], out + kb * 128);
   if (full * 128 < K) scale_encode<D>(p + full * 128, K - full * 128, scale[full], out + full * 128, false);
 }
 
@@ -599,6 +715,11 @@ TEQUANT_TARGET_AVX2 inline void block_2d_run(const T* x, std::size_t M, std::siz
                                              float* scale, std::size_t scale_ld, bool pow2, float eps, float value_for_inf) noexcept {
   const std::size_t KB = (K + 127) / 128, full = K / 128, MB = (M + 127) / 128;
   __m256i keys[block_2d_chunk / 128];
+  pow2_pairs c[block_2d_chunk / 128];  // of the row block being cast (16-bit inputs with power-of-two scales)
+  const auto pairs_of = [&](const float* sc) {
+    if constexpr (std::is_same_v<T, bf16>)
+      for (std::size_t kb = 0; kb < full; ++kb) c[kb] = pow2_multiplier(sc[kb]) ? pow2_pairs_of<D>(sc[kb]) : pow2_pairs{};
+  };
   for (std::size_t mb = 0; mb < MB; ++mb) {
     const std::size_t nr = M - mb * 128 < 128 ? M - mb * 128 : 128;
     const bool cast = data && mb;  // the row block before (always 128 rows), with its scales
@@ -607,18 +728,19 @@ TEQUANT_TARGET_AVX2 inline void block_2d_run(const T* x, std::size_t M, std::siz
     std::uint32_t tail = 0;
     for (std::size_t r = 0; r < nr; ++r) {
       block_2d_row_amax(x + (mb * 128 + r) * ld, K, keys, tail);
-      if (cast) block_2d_row_cast<D, Stream>(x + ((mb - 1) * 128 + r) * ld, K, sc, data + ((mb - 1) * 128 + r) * ld);
+      if (cast) block_2d_row_cast<D, Stream>(x + ((mb - 1) * 128 + r) * ld, K, sc, c, data + ((mb - 1) * 128 + r) * ld);
     }
     if (cast)
       for (std::size_t r = nr; r < 128; ++r)
-        block_2d_row_cast<D, Stream>(x + ((mb - 1) * 128 + r) * ld, K, sc, data + ((mb - 1) * 128 + r) * ld);
+        block_2d_row_cast<D, Stream>(x + ((mb - 1) * 128 + r) * ld, K, sc, c, data + ((mb - 1) * 128 + r) * ld);
     for (std::size_t kb = 0; kb < KB; ++kb)
       scale[mb * scale_ld + kb] =
           scale_from_amax(bits_float(kb < full ? hmax_epi32(keys[kb]) : tail), fp8_max(D), pow2, eps, value_for_inf);
+    if (data) pairs_of(scale + mb * scale_ld);
   }
   if (data && MB)  // the last row block: nothing left to read ahead
     for (std::size_t m = (MB - 1) * 128; m < M; ++m)
-      block_2d_row_cast<D, Stream>(x + m * ld, K, scale + (MB - 1) * scale_ld, data + m * ld);
+      block_2d_row_cast<D, Stream>(x + m * ld, K, scale + (MB - 1) * scale_ld, c, data + m * ld);
 }
 
 template <fp8_dtype D, class T>

@@ -89,15 +89,9 @@ TEQUANT_TARGET_AVX512_INLINE inline __m256i encode32(__m512i a, __m512 s, __m512
 
 // ---- bf16 times a power of two, in 16-bit lanes ----------------------------------------------------
 //
-// MXFP8's multipliers (and block scaling's with power-of-two scales) are powers of two, and x * 2^j
-// is exact while it stays a normal float, so the FP8 code follows from x's bits alone: the sign-cleared
-// pattern plus (j + bias - 127) << 7 is the product's FP8 exponent and mantissa, and shifting it right
-// by 7 - mant with ties to even (a carry into the exponent included) and clamping to the largest
-// finite code gives what code_low_bytes16 gives for x * 2^j. That is one vector for 32 elements where
-// encode32 widens them to two float vectors: 16 instructions per 32 instead of 24. Lanes whose product
-// is below FP8's smallest normal (or that are bf16 subnormals) are reported, not cast: the caller casts
-// their 32 elements with encode32 (a block rarely has one: it needs |x| below about 2^-15 of the block
-// amax for E4M3, 2^-31 for E5M2).
+// The method of host_simd_avx2_pow2.hpp on 32 lanes per vector: one vector for 32 elements where
+// encode32 widens them to two float vectors, 16 instructions per 32 instead of 24. Lanes it reports
+// (products below FP8's smallest normal, bf16 subnormals) the caller casts with encode32.
 
 /// Per-multiplier constants of encode32_pow2 (16-bit lanes, or one value broadcast).
 struct pow2_lanes {
@@ -105,15 +99,8 @@ struct pow2_lanes {
   __m512i lo;   ///< the smallest sign-cleared pattern whose product is an FP8 normal (at least 0x80)
 };
 
-/// The two constants of encode32_pow2 for multipliers 2^j given as float bits (normal, > 0), 32-bit lanes.
-template <fp8_dtype D>
-TEQUANT_TARGET_AVX512_INLINE inline void pow2_constants8(__m256i mult_bits, __m256i& add, __m256i& lo) noexcept {
-  using tr = fp8_traits<D>;
-  // j + bias - 127 = (biased exponent of 2^j) + bias - 254, times 2^7 (bf16's mantissa width).
-  const __m256i d = _mm256_slli_epi32(_mm256_add_epi32(_mm256_srli_epi32(mult_bits, 23), _mm256_set1_epi32(tr::bias - 254)), 7);
-  add = _mm256_add_epi32(d, _mm256_set1_epi32((1 << (6 - tr::mant)) - 1));
-  lo = _mm256_max_epi32(_mm256_sub_epi32(_mm256_set1_epi32(0x80), d), _mm256_set1_epi32(0x80));
-}
+using avx2::pow2_constants8;  // the constants and the multiplier test are shared with the AVX2 form
+using avx2::pow2_multiplier;
 
 /// pow2_constants8 for one multiplier, broadcast.
 template <fp8_dtype D>
@@ -124,13 +111,6 @@ TEQUANT_TARGET_AVX512_INLINE inline pow2_lanes pow2_constants(float mult) noexce
   _mm256_store_si256(reinterpret_cast<__m256i*>(add), a);
   _mm256_store_si256(reinterpret_cast<__m256i*>(lo), l);
   return {_mm512_set1_epi16(static_cast<short>(add[0])), _mm512_set1_epi16(static_cast<short>(lo[0]))};
-}
-
-/// Whether s is a power of two that encode32_pow2 takes (a normal float with a zero mantissa, > 0).
-inline bool pow2_multiplier(float s) noexcept {
-  std::uint32_t b = 0;
-  __builtin_memcpy(&b, &s, 4);
-  return (b & 0x807FFFFFu) == 0 && b - 0x00800000u < 0x7F000000u;
 }
 
 /// Codes of the 32 bf16 in a times 2^j (c: pow2_constants of 2^j), in order, as encode32 gives them,
