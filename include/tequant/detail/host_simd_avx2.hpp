@@ -309,6 +309,21 @@ template <fp8_dtype D, bool Stream, class T>
 TEQUANT_TARGET_AVX2 inline __m256i scale_encode_run(const T* x, std::size_t& i, std::size_t n, __m256 s, std::uint8_t* out,
                                                     bool with_amax) noexcept {
   __m256i mk = _mm256_setzero_si256();
+  if constexpr (std::is_same_v<T, bf16>) {
+    // The amax on the 16-bit patterns (3 instructions per 16 elements; on the widened floats: 4 per 8).
+    const __m256i z = _mm256_setzero_si256();
+    for (; i + 32 <= n; i += 32) {
+      prefetch_bytes(reinterpret_cast<const char*>(x + i) + stream_prefetch_bytes, 32 * sizeof(T));
+      const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i));
+      const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i + 16));
+      if (with_amax) mk = _mm256_max_epi16(mk, _mm256_max_epi16(bf16_keys16(a), bf16_keys16(b)));
+      store32<Stream, true>(out + i, encode8<D>(_mm256_mul_ps(_mm256_castsi256_ps(_mm256_unpacklo_epi16(z, a)), s)),
+                            encode8<D>(_mm256_mul_ps(_mm256_castsi256_ps(_mm256_unpackhi_epi16(z, a)), s)),
+                            encode8<D>(_mm256_mul_ps(_mm256_castsi256_ps(_mm256_unpacklo_epi16(z, b)), s)),
+                            encode8<D>(_mm256_mul_ps(_mm256_castsi256_ps(_mm256_unpackhi_epi16(z, b)), s)));
+    }
+    return widen_keys16(mk);
+  }
   for (; i + 32 <= n; i += 32) {
     prefetch_bytes(reinterpret_cast<const char*>(x + i) + stream_prefetch_bytes, 32 * sizeof(T));
     __m256 v[4];
