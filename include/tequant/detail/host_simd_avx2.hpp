@@ -101,6 +101,14 @@ TEQUANT_TARGET_AVX2_INLINE inline __m256i widen_keys16(__m256i m) noexcept {
   return _mm256_slli_epi32(_mm256_max_epi32(_mm256_and_si256(m, _mm256_set1_epi32(0xFFFF)), _mm256_srli_epi32(m, 16)), 16);
 }
 
+/// max(m, |v| of the non-NaN lanes of v), for amaxes kept as floats: maxps returns its second operand
+/// when either is NaN, so a NaN lane leaves m as it was (m is never NaN: it starts at 0). On the
+/// non-negative, non-NaN values left, the float max orders as amax_key's integer max of the bits, so
+/// the bits of the result are the amax key (2 operations per 8 elements instead of amax_key8's 4).
+TEQUANT_TARGET_AVX2_INLINE inline __m256 abs_max_skip_nan(__m256 v, __m256 m) noexcept {
+  return _mm256_max_ps(_mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF))), m);
+}
+
 /// 8 lanes of amax keys whose max is the amax key of the 32 elements at p.
 template <class T>
 TEQUANT_TARGET_AVX2_INLINE inline __m256i keys32(const T* p) noexcept {
@@ -108,8 +116,11 @@ TEQUANT_TARGET_AVX2_INLINE inline __m256i keys32(const T* p) noexcept {
     // On the 16-bit patterns directly, widened to 32-bit keys at the end.
     return widen_keys16(_mm256_max_epi16(bf16_keys16(p), bf16_keys16(p + 16)));
   } else {
-    return _mm256_max_epi32(_mm256_max_epi32(amax_key8(load8(p)), amax_key8(load8(p + 8))),
-                            _mm256_max_epi32(amax_key8(load8(p + 16)), amax_key8(load8(p + 24))));
+    // NaN-skipping float maxima in two chains (9 operations per 32 elements; amax_key8's: 15).
+    const __m256 z = _mm256_setzero_ps();
+    const __m256 a = abs_max_skip_nan(load8(p + 8), abs_max_skip_nan(load8(p), z));
+    const __m256 b = abs_max_skip_nan(load8(p + 24), abs_max_skip_nan(load8(p + 16), z));
+    return _mm256_castps_si256(_mm256_max_ps(a, b));
   }
 }
 
@@ -315,20 +326,21 @@ inline bool use_streaming_stores(bool large, const void* out, std::size_t row_by
 template <fp8_dtype D, bool Stream, class T>
 TEQUANT_TARGET_AVX2 inline __m256i scale_encode_run(const T* x, std::size_t& i, std::size_t n, __m256 s, std::uint8_t* out,
                                                     bool with_amax) noexcept {
-  __m256i mk = _mm256_setzero_si256();
+  // The amax as NaN-skipping float maxima (abs_max_skip_nan): its bits are the amax key.
+  __m256 mk = _mm256_setzero_ps(), mk2 = mk;
   for (; i + 32 <= n; i += 32) {
     prefetch_bytes(reinterpret_cast<const char*>(x + i) + stream_prefetch_bytes, 32 * sizeof(T));
     __m256 v[4];
     load32(x + i, v);
     const __m256 v0 = v[0], v1 = v[1], v2 = v[2], v3 = v[3];
     if (with_amax) {
-      mk = _mm256_max_epi32(mk, _mm256_max_epi32(_mm256_max_epi32(amax_key8(v0), amax_key8(v1)),
-                                                 _mm256_max_epi32(amax_key8(v2), amax_key8(v3))));
+      mk = abs_max_skip_nan(v1, abs_max_skip_nan(v0, mk));
+      mk2 = abs_max_skip_nan(v3, abs_max_skip_nan(v2, mk2));
     }
     store32<Stream, halves<T>>(out + i, encode8<D>(_mm256_mul_ps(v0, s)), encode8<D>(_mm256_mul_ps(v1, s)),
                     encode8<D>(_mm256_mul_ps(v2, s)), encode8<D>(_mm256_mul_ps(v3, s)));
   }
-  return mk;
+  return _mm256_castps_si256(_mm256_max_ps(mk, mk2));
 }
 
 /// scale_encode_run for bf16 with a scale > 0 that is finite, for inputs without NaN: then y = x * s
@@ -508,14 +520,6 @@ TEQUANT_TARGET_AVX2 inline void mxfp8_rowwise(const T* x, std::size_t M, std::si
   } else {
     mxfp8_rowwise_run<D, false>(x, M, K, data, scale, scale_cols);
   }
-}
-
-/// max(m, |v| of the non-NaN lanes of v), for amaxes kept as floats: maxps returns its second operand
-/// when either is NaN, so a NaN lane leaves m as it was (m is never NaN: it starts at 0). On the
-/// non-negative, non-NaN values left, the float max orders as amax_key's integer max of the bits, so
-/// the bits of the result are the amax key (2 operations per 8 elements instead of amax_key8's 4).
-TEQUANT_TARGET_AVX2_INLINE inline __m256 abs_max_skip_nan(__m256 v, __m256 m) noexcept {
-  return _mm256_max_ps(_mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF))), m);
 }
 
 /// Column amax keys of the 32 x (8 * NV) values at p (row stride K): lane i of keys[j] = max over the
