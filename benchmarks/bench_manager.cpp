@@ -159,18 +159,23 @@ class manager_case {
 };
 
 /// The same step by hand: two buckets, slot indices computed in place, a bool for "pending".
-template <bool Casts>
+/// Checked: each slot's index is kept with a key, compared per cast with the trainer's current one
+/// (a re-bind on a mismatch, which this step never takes): the check a cast handle makes so that a
+/// registration, a disabled region or an open checkpoint frame never lets a kept plan be used. The
+/// manager does this on purpose; this twin shows what the rest of its bookkeeping costs.
+template <bool Casts, bool Checked = false>
 class by_hand_case {
  public:
   by_hand_case() : fwd_(params_.history_length), bwd_(params_.history_length) {
     // Each module keeps its slots' indices, as the manager case keeps its slot ids (and TE modules
     // their quantizers): both sides look a slot up per cast.
     for (int i = 0; i < modules; ++i) {
-      for (int k = 0; k < 3; ++k) fwd_slot_.push_back(fwd_.add_slot());
-      for (int k = 0; k < 2; ++k) bwd_slot_.push_back(bwd_.add_slot());
+      for (int k = 0; k < 3; ++k) fwd_slot_.push_back({fwd_.add_slot(), key_});
+      for (int k = 0; k < 2; ++k) bwd_slot_.push_back({bwd_.add_slot(), key_});
     }
     // Pointers taken once, as a hand-written trainer would: no per-cast bounds check. The manager's
-    // plan_cast does check that the slot belongs to it (two compares): work the twin does not do.
+    // cast handles compare their key per cast instead (one load, a compare and a branch), which the
+    // Checked twin does too.
     fwd_scale_ = fwd_.scale_data();
     bwd_scale_ = bwd_.scale_data();
     fwd_staging_ = fwd_.staging().data();
@@ -186,13 +191,13 @@ class by_hand_case {
   void step() {
     for (int i = 0; i < modules; ++i)
       for (std::uint32_t k = 0; k < 3; ++k) {
-        const std::uint32_t j = fwd_slot_[static_cast<std::size_t>(3 * i) + k];
+        const std::uint32_t j = index_of(fwd_slot_[static_cast<std::size_t>(3 * i) + k]);
         do_cast<Casts>(be_, t_, fwd_scale_ + j, fwd_staging_ + j, fd_, amax_);
       }
     fwd_.update(R::algo_type{}, fwd_args_);
     for (int i = modules - 1; i >= 0; --i) {
       for (std::uint32_t k = 0; k < 2; ++k) {
-        const std::uint32_t j = bwd_slot_[static_cast<std::size_t>(2 * i) + k];
+        const std::uint32_t j = index_of(bwd_slot_[static_cast<std::size_t>(2 * i) + k]);
         do_cast<Casts>(be_, t_, bwd_scale_ + j, bwd_staging_ + j, bd_, amax_);
       }
       benchmark::DoNotOptimize(pending_ = true);
@@ -207,6 +212,19 @@ class by_hand_case {
   bool one_update_per_step(std::uint64_t) const { return true; }  // nothing to count: the updates are explicit
 
  private:
+  struct bound_slot {
+    std::uint32_t index;
+    std::uint64_t key;  // key_ when bound (Checked only)
+  };
+  TEQUANT_ALWAYS_INLINE std::uint32_t index_of(bound_slot& b) {
+    if constexpr (Checked) {
+      if (b.key != key_) [[unlikely]]
+        rebind(b);
+    }
+    return b.index;
+  }
+  [[gnu::noinline]] void rebind(bound_slot& b) { b.key = key_; }
+
   using R = tequant::delayed_scaling<>;
   tequant::host_backend be_;
   const tequant::delayed_params params_;
@@ -219,7 +237,8 @@ class by_hand_case {
   const float* bwd_scale_ = nullptr;
   float* fwd_staging_ = nullptr;
   float* bwd_staging_ = nullptr;
-  std::vector<std::uint32_t> fwd_slot_, bwd_slot_;
+  std::vector<bound_slot> fwd_slot_, bwd_slot_;
+  std::uint64_t key_ = 1;
   tensors t_;
   float amax_ = 1.0f;
   bool pending_ = false;
@@ -279,6 +298,7 @@ constexpr step_case make_case(const char* name) {
 
 constexpr step_case step_cases[] = {
     make_case<by_hand_case<false>>("step100/bookkeeping/by_hand"),
+    make_case<by_hand_case<false, true>>("step100/bookkeeping/by_hand_checked"),
     make_case<manager_case<callback, false>>("step100/bookkeeping/engine_callback"),
     make_case<manager_case<tequant::autocast_entry, false>>("step100/bookkeeping/autocast_entry"),
     make_case<manager_case<tequant::explicit_scope, false>>("step100/bookkeeping/explicit_scope"),

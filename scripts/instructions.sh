@@ -32,14 +32,22 @@ per_step() {  # per_step <case> <few> <more>
   echo $(((b - a) / ($3 - $2)))
 }
 
-printf '%-40s %14s %12s\n' "case (100 modules per step)" "instr/step" "x by_hand"
+# x checked: against by_hand_checked, the twin that also makes the cast handle's key check per cast
+# (one load, a compare and a branch: what the manager does on purpose; bookkeeping only).
+printf '%-40s %14s %12s %12s\n' "case (100 modules per step)" "instr/step" "x by_hand" "x checked"
+ratio() { python3 -c "print(f'{$1 / $2:.3f}')"; }
 for variant in bookkeeping casts; do
   if [[ $variant == bookkeeping ]]; then few=50 more=550; else few=5 more=25; fi
   base=$(per_step "step100/$variant/by_hand" $few $more)
   printf '%-40s %14d %12s\n' "step100/$variant/by_hand" "$base" "1.000"
+  checked=
+  if [[ $variant == bookkeeping ]]; then
+    checked=$(per_step "step100/$variant/by_hand_checked" $few $more)
+    printf '%-40s %14d %12s %12s\n' "step100/$variant/by_hand_checked" "$checked" "$(ratio "$checked" "$base")" "1.000"
+  fi
   for b in engine_callback autocast_entry explicit_scope; do
     n=$(per_step "step100/$variant/$b" $few $more)
-    printf '%-40s %14d %12s\n' "step100/$variant/$b" "$n" "$(python3 -c "print(f'{$n / $base:.3f}')")"
+    printf '%-40s %14d %12s %12s\n' "step100/$variant/$b" "$n" "$(ratio "$n" "$base")" "${checked:+$(ratio "$n" "$checked")}"
   done
 done
 
