@@ -58,5 +58,5 @@ for recompute in none stacked; do
   base=$(per_step "delayed/floor/$recompute/N96/no_kernels" 20 220)
   printf '%-40s %14d %12s\n' "delayed/floor/$recompute/N96/no_kernels" "$base" "1.000"
   n=$(per_step "delayed/engine/$recompute/N96/no_kernels" 20 220)
-  printf '%-40s %14d %12s\n' "delayed/engine/$recompute/N96/no_kernels" "$n" "$(python3 -c "print(f'{$n / $base:.3f}')")"
+  printf '%-40s %14d %12s\n' "delayed/engine/$recompute/N96/no_kernels" "$n" "$(ratio "$n" "$base")"
 done
