@@ -248,8 +248,8 @@ struct host_backend {
                          scale_shape rs, scale_shape cs) {
     const std::size_t M = x.rows, K = x.cols, KB = K / 32;
     // The rowwise kernels can stream their codes, but measured slower for fp32 (5.1 -> 5.4 ms per 64 MiB;
-    // docs/benchmarks.md). The columnwise ones stream when the whole output is large (the AVX-512 kernel
-    // measured faster so; the host_simd.hpp dispatch leaves the AVX2 one with ordinary stores).
+    // docs/benchmarks.md). The columnwise ones stream when the whole output is large (measured faster
+    // so, AVX-512 and AVX2 kernels alike: they write a chunk's rows in order).
     const bool stream = false;
     const bool col_stream = M * K >= detail::streaming_store_min_bytes;
     // Columnwise only: one call for the whole matrix, so each 32-row block's kernel prefetches the next.

@@ -129,8 +129,7 @@ template <fp8_dtype D, class T>
 void mxfp8_columnwise_host(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, std::uint8_t* scale,
                            std::size_t scale_cols, [[maybe_unused]] bool stream) noexcept {
   TEQUANT_HOST_DISPATCH_AVX512(T, mxfp8_columnwise<D>(x, M, K, data, scale, scale_cols, stream))
-  // The avx2 kernel has no streaming stores (see there).
-  TEQUANT_HOST_DISPATCH(T, mxfp8_columnwise<D>(x, M, K, data, scale, scale_cols))
+  TEQUANT_HOST_DISPATCH(T, mxfp8_columnwise<D>(x, M, K, data, scale, scale_cols, stream))
   mxfp8_columnwise_scalar<D>(x, M, K, data, scale, scale_cols);
 }
 

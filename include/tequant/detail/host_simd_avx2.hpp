@@ -522,129 +522,167 @@ TEQUANT_TARGET_AVX2 inline void mxfp8_rowwise(const T* x, std::size_t M, std::si
   }
 }
 
-/// Column amax keys of the 32 x (8 * NV) values at p (row stride K): lane i of keys[j] = max over the
-/// 32 rows of the key of column 8j + i. Kept in registers, so the column max costs no loads or stores
-/// of a colmax array.
-template <int NV, class T>
-TEQUANT_TARGET_AVX2_INLINE inline void column_keys32(const T* p, std::size_t K, __m256i* keys) noexcept {
-  if constexpr (std::is_same_v<T, bf16>) {
-    // 16 columns per load on the 16-bit patterns, widened to 32-bit keys at the end.
-    __m256i m[NV / 2];
-    for (int h = 0; h < NV / 2; ++h) m[h] = _mm256_setzero_si256();
-    for (std::size_t r = 0; r < 32; ++r)
-      for (int h = 0; h < NV / 2; ++h) m[h] = _mm256_max_epi16(m[h], bf16_keys16(p + r * K + h * 16));
-    for (int h = 0; h < NV / 2; ++h) {
-      keys[2 * h] = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(m[h])), 16);
-      keys[2 * h + 1] = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(m[h], 1)), 16);
-    }
-  } else if constexpr (std::is_same_v<T, float>) {
-    // NaN-skipping float maxima: 2 operations per 8 elements (amax_key8: 4).
-    __m256 m[NV];
-    for (int j = 0; j < NV; ++j) m[j] = _mm256_setzero_ps();
-    for (std::size_t r = 0; r < 32; ++r)
-      for (int j = 0; j < NV; ++j) m[j] = abs_max_skip_nan(_mm256_loadu_ps(p + r * K + j * 8), m[j]);
-    for (int j = 0; j < NV; ++j) keys[j] = _mm256_castps_si256(m[j]);
-  } else {
-    for (int j = 0; j < NV; ++j) keys[j] = _mm256_setzero_si256();
-    for (std::size_t r = 0; r < 32; ++r)
-      for (int j = 0; j < NV; ++j) keys[j] = _mm256_max_epi32(keys[j], amax_key8(load8(p + r * K + j * 8)));
-  }
-}
+/// Columns per pass of the AVX2 MXFP8 columnwise kernel: 8 KiB of each of 32 rows (256 KiB) are read
+/// twice, the second time from L2 (half of a 512 KiB L2, with room for the next chunk's prefetch), and
+/// their per-column constants stay in L1. Measured on a 1 MiB L2 (docs/benchmarks.md): fp32 best at
+/// 2048 columns, bf16 at 4096; 1024 fp32 columns slower.
+template <class T>
+inline constexpr std::size_t mxfp8_columnwise_chunk = 8192 / sizeof(T);
 
-/// The cast of mxfp8_column_group for bf16 when every column's multiplier is a power of two (no code
-/// 254 among them): encode32_pow2 with each column's constants (read from L1, 16-bit lanes), and
-/// encode32 for a row's 32 columns where it reports a lane. False (nothing written) otherwise.
-template <fp8_dtype D, int NV>
-TEQUANT_TARGET_AVX2 inline bool mxfp8_column_group_pow2(const bf16* x, std::size_t K, std::size_t c0, std::uint8_t* data,
-                                                        const __m256* mult) noexcept {
-  static_assert(NV % 4 == 0);
-  constexpr std::size_t ahead = 1024 / sizeof(bf16);
-  __m256i zero = _mm256_setzero_si256();
-  for (int j = 0; j < NV; ++j) zero = _mm256_or_si256(zero, _mm256_cmpeq_epi32(_mm256_castps_si256(mult[j]), _mm256_setzero_si256()));
-  if (!_mm256_testz_si256(zero, zero)) return false;
-  pow2_words c[NV / 2];
-  for (int h = 0; h < NV / 2; ++h) c[h] = pow2_words16<D>(_mm256_castps_si256(mult[2 * h]), _mm256_castps_si256(mult[2 * h + 1]));
-  const bool prefetch = c0 + ahead < K;
-  for (std::size_t r = 0; r < 32; ++r) {
-    const bf16* p = x + r * K + c0;
-    if (prefetch)
-      for (std::size_t o = 0; o < NV * 8 * sizeof(bf16); o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + ahead) + o, _MM_HINT_T1);
-    for (int q = 0; q < NV / 4; ++q) {
-      __m256i slow = _mm256_setzero_si256();
-      const __m256i codes = encode32_pow2<D>(p + q * 32, c[2 * q], c[2 * q + 1], slow);
-      std::uint8_t* out = data + r * K + c0 + q * 32;
-      if (_mm256_testz_si256(slow, slow)) {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), codes);
-      } else {
-        __m256 m[4], v[4];
-        halves_order<bf16>(mult + 4 * q, m);
-        load32(p + q * 32, v);
-        store32<false, true>(out, encode8<D>(_mm256_mul_ps(v[0], m[0])), encode8<D>(_mm256_mul_ps(v[1], m[1])),
-                             encode8<D>(_mm256_mul_ps(v[2], m[2])), encode8<D>(_mm256_mul_ps(v[3], m[3])));
+/// Calls rows(src, w, dst, sc, next, next_w) for each chunk of at most N columns of 32 rows of x [M, K],
+/// in memory order: src, dst and sc where the chunk's input, codes and E8M0 codes start, and the chunk
+/// after it (the next columns of the same rows, else the first of the next 32 rows; next_w = 0 after
+/// the last), which the kernel prefetches while it casts this one.
+template <std::size_t N, class T, class Rows>
+inline void for_each_column_chunk(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, std::uint8_t* scale,
+                                  std::size_t scale_cols, Rows&& rows) noexcept {
+  for (std::size_t m0 = 0; m0 < M; m0 += 32) {
+    for (std::size_t c0 = 0; c0 < K; c0 += N) {
+      const std::size_t w = K - c0 < N ? K - c0 : N;
+      const T* next = nullptr;
+      std::size_t nw = 0;
+      if (c0 + w < K) {
+        next = x + m0 * K + c0 + w;
+        nw = K - c0 - w < N ? K - c0 - w : N;
+      } else if (m0 + 32 < M) {
+        next = x + (m0 + 32) * K;
+        nw = K < N ? K : N;
       }
+      rows(x + m0 * K + c0, w, data + m0 * K + c0, scale + m0 / 32 * scale_cols + c0, next, nw);
     }
   }
-  return true;
 }
 
-/// MXFP8 32x1 blocks of the 32 x (8 * NV) values at x + c0 (row stride K): column amaxes in registers,
-/// E8M0 codes and multipliers 8-wide, then the cast while the same columns of later groups are
-/// prefetched row by row. The hardware prefetcher does not follow 32 interleaved row streams, and the
-/// prefetch goes to L2 (T1): rows K * sizeof(T) apart (a multiple of 4 KiB for the usual K) share L1
-/// sets, so prefetching into L1 would evict the lines still to be cast.
-template <fp8_dtype D, int NV, class T>
-TEQUANT_TARGET_AVX2 inline void mxfp8_column_group(const T* x, std::size_t K, std::size_t c0, std::uint8_t* data,
-                                                   std::uint8_t* scale) noexcept {
-  constexpr std::size_t ahead = 1024 / sizeof(T);  // measured best of 512 to 4096 bytes per row
-  __m256i keys[NV];
-  column_keys32<NV>(x + c0, K, keys);
-  __m256 mult[NV];
-  for (int j = 0; j < NV; ++j) {
-    const __m256i e = e8m0_codes8<D>(keys[j]);
-    store8_bytes(scale + c0 + j * 8, e);
-    mult[j] = e8m0_multipliers8(e);
-  }
-  if constexpr (std::is_same_v<T, bf16>) {
-    if (mxfp8_column_group_pow2<D, NV>(x, K, c0, data, mult)) return;
-  }
-  for (int q = 0; q < NV; q += 4) {
-    __m256 m[4];
-    halves_order<T>(mult + q, m);
-    for (int j = 0; j < 4; ++j) mult[q + j] = m[j];
-  }
-  const bool prefetch = c0 + ahead < K;
+/// Prefetches the 64 bytes at p into L2 (T1). The columnwise kernels prefetch the next chunk while they
+/// cast: T0 measured much slower (it evicts the per-column constants from L1).
+TEQUANT_TARGET_AVX2_INLINE inline void prefetch_l2(const void* p) noexcept {
+  _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1);
+}
+
+/// MXFP8 32x1 blocks of columns [0, W) of the 32 rows at x (fp32 or fp16; row stride K; W a multiple of
+/// 32, at most mxfp8_columnwise_chunk<T>): codes at data (row stride K), E8M0 codes at scale[0, W). Two
+/// passes, each reading whole rows in order (what the hardware prefetcher follows): the column amaxes
+/// (NaN-skipping float maxima, kept in mult), then the cast from cache with the per-column multipliers,
+/// prefetching min(W, next_w) columns of the 32 rows at next (row stride K) into L2 so that the next
+/// amax pass reads from cache and the memory reads overlap the cast. Walking 256-byte column groups
+/// instead (the amax, then the cast of the same group) rereads lines that the 32 rows, a multiple of
+/// 4 KiB apart, evict from L1 (they share its sets), and leaves the prefetcher 32 interleaved streams:
+/// fp32 0.52x memcpy against 0.71x for this kernel, bf16 0.47x against 0.65x (docs/benchmarks.md).
+template <fp8_dtype D, bool Stream, class T>
+TEQUANT_TARGET_AVX2 inline void mxfp8_columnwise_rows(const T* x, std::size_t K, std::size_t W, std::uint8_t* data,
+                                                      std::uint8_t* scale, const T* next, std::size_t next_w) noexcept {
+  alignas(32) float mult[mxfp8_columnwise_chunk<T>];
+  for (std::size_t c = 0; c < W; c += 8) _mm256_store_ps(mult + c, _mm256_setzero_ps());
   for (std::size_t r = 0; r < 32; ++r) {
-    const T* p = x + r * K + c0;
-    if (prefetch)
-      for (std::size_t o = 0; o < NV * 8 * sizeof(T); o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + ahead) + o, _MM_HINT_T1);
-    for (int q = 0; q < NV; q += 4) {
-      __m256 v[4];
-      load32(p + q * 8, v);
-      store32<false, halves<T>>(data + r * K + c0 + q * 8, encode8<D>(_mm256_mul_ps(v[0], mult[q])),
-                                encode8<D>(_mm256_mul_ps(v[1], mult[q + 1])), encode8<D>(_mm256_mul_ps(v[2], mult[q + 2])),
-                                encode8<D>(_mm256_mul_ps(v[3], mult[q + 3])));
+    const T* p = x + r * K;
+    for (std::size_t c = 0; c < W; c += 8) _mm256_store_ps(mult + c, abs_max_skip_nan(load8(p + c), _mm256_load_ps(mult + c)));
+  }
+  for (std::size_t c = 0; c < W; c += 8) {
+    const __m256i e = e8m0_codes8<D>(_mm256_castps_si256(_mm256_load_ps(mult + c)));
+    store8_bytes(scale + c, e);
+    _mm256_store_ps(mult + c, e8m0_multipliers8(e));
+  }
+  constexpr std::size_t lines = 32 * sizeof(T) / 64;  // prefetched per 32 columns cast
+  for (std::size_t r = 0; r < 32; ++r) {
+    const T* p = x + r * K;
+    std::uint8_t* out = data + r * K;
+    const T* pf = next_w != 0 ? next + r * K : nullptr;
+    for (std::size_t c = 0; c < W; c += 32) {
+      if (c < next_w)
+        for (std::size_t l = 0; l < lines; ++l) prefetch_l2(reinterpret_cast<const char*>(pf + c) + 64 * l);
+      store32<Stream>(out + c, encode8<D>(_mm256_mul_ps(load8(p + c), _mm256_load_ps(mult + c))),
+                      encode8<D>(_mm256_mul_ps(load8(p + c + 8), _mm256_load_ps(mult + c + 8))),
+                      encode8<D>(_mm256_mul_ps(load8(p + c + 16), _mm256_load_ps(mult + c + 16))),
+                      encode8<D>(_mm256_mul_ps(load8(p + c + 24), _mm256_load_ps(mult + c + 24))));
     }
   }
 }
 
-// 256 bytes of each row per group (64 fp32 or 128 16-bit columns; measured: 32 columns leave half of
-// each 64-byte output line to the next group, 128 fp32 columns run out of registers), 32 at the end.
-template <fp8_dtype D, class T>
-TEQUANT_TARGET_AVX2 inline void mxfp8_columnwise_run(const T* x, std::size_t K, std::uint8_t* data, std::uint8_t* scale) noexcept {
-  constexpr int NV = 256 / (8 * sizeof(T));
-  std::size_t c0 = 0;
-  for (; c0 + NV * 8 <= K; c0 += NV * 8) mxfp8_column_group<D, NV>(x, K, c0, data, scale);
-  for (; c0 < K; c0 += 32) mxfp8_column_group<D, 4>(x, K, c0, data, scale);
+/// mxfp8_columnwise_rows for bf16: the amaxes on the 16-bit patterns, the cast with encode32_pow2 and
+/// each column's constants, and with the float encoder (each 32 columns' multipliers in load32's halves
+/// order) for 32 columns where encode32_pow2 reports a lane or a column has code 254 (an inf or
+/// overflowing block: multiplier 0, which encode32_pow2 does not take; inf * 0 gives the NaN code).
+template <fp8_dtype D, bool Stream>
+TEQUANT_TARGET_AVX2 inline void mxfp8_columnwise_rows(const bf16* x, std::size_t K, std::size_t W, std::uint8_t* data,
+                                                      std::uint8_t* scale, const bf16* next, std::size_t next_w) noexcept {
+  constexpr std::size_t N = mxfp8_columnwise_chunk<bf16>;
+  alignas(32) std::uint16_t add[N];  // the column amax keys, then encode32_pow2's add of each column
+  alignas(32) std::uint16_t lo[N];   // encode32_pow2's lo of each column
+  alignas(32) float mult[N];         // per 32 columns, in load32's halves order
+  std::uint8_t zero[N / 32];         // whether the 32 columns from 32 i hold code 254
+  for (std::size_t c = 0; c < W; c += 16) _mm256_store_si256(reinterpret_cast<__m256i*>(add + c), _mm256_setzero_si256());
+  for (std::size_t r = 0; r < 32; ++r) {
+    const bf16* p = x + r * K;
+    for (std::size_t c = 0; c < W; c += 16) {
+      __m256i* k = reinterpret_cast<__m256i*>(add + c);
+      _mm256_store_si256(k, _mm256_max_epi16(_mm256_load_si256(k), bf16_keys16(p + c)));
+    }
+  }
+  for (std::size_t c = 0; c < W; c += 32) {
+    __m256 m[4];
+    __m256i z = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i k = _mm256_load_si256(reinterpret_cast<const __m256i*>(add + c + 16 * h));
+      const __m256i e0 = e8m0_codes8<D>(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(k)), 16));
+      const __m256i e1 = e8m0_codes8<D>(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(k, 1)), 16));
+      store8_bytes(scale + c + 16 * h, e0);
+      store8_bytes(scale + c + 16 * h + 8, e1);
+      m[2 * h] = e8m0_multipliers8(e0);
+      m[2 * h + 1] = e8m0_multipliers8(e1);
+      const __m256i full = _mm256_set1_epi32(254);
+      z = _mm256_or_si256(z, _mm256_or_si256(_mm256_cmpeq_epi32(e0, full), _mm256_cmpeq_epi32(e1, full)));
+      const pow2_words w = pow2_words16<D>(_mm256_castps_si256(m[2 * h]), _mm256_castps_si256(m[2 * h + 1]));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(add + c + 16 * h), w.add);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(lo + c + 16 * h), w.lo);
+    }
+    __m256 mh[4];
+    halves_order<bf16>(m, mh);
+    for (int j = 0; j < 4; ++j) _mm256_store_ps(mult + c + 8 * j, mh[j]);
+    zero[c / 32] = _mm256_testz_si256(z, z) ? 0 : 1;
+  }
+  for (std::size_t r = 0; r < 32; ++r) {
+    const bf16* p = x + r * K;
+    std::uint8_t* out = data + r * K;
+    const bf16* pf = next_w != 0 ? next + r * K : nullptr;
+    for (std::size_t c = 0; c < W; c += 32) {
+      if (c < next_w) prefetch_l2(pf + c);
+      if (zero[c / 32] == 0) [[likely]] {
+        const __m256i lo0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(lo + c));
+        const __m256i lo1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(lo + c + 16));
+        const __m256i bias = _mm256_set1_epi16(0x7FFF);  // pow2_words::slow from lo
+        const pow2_words c0{_mm256_load_si256(reinterpret_cast<const __m256i*>(add + c)), lo0, _mm256_add_epi16(lo0, bias)};
+        const pow2_words c1{_mm256_load_si256(reinterpret_cast<const __m256i*>(add + c + 16)), lo1, _mm256_add_epi16(lo1, bias)};
+        __m256i slow = _mm256_setzero_si256();
+        const __m256i codes = encode32_pow2<D>(p + c, c0, c1, slow);
+        if (_mm256_testz_si256(slow, slow)) [[likely]] {
+          store_bytes32<Stream>(out + c, codes);
+          continue;
+        }
+      }
+      __m256 v[4];
+      load32(p + c, v);
+      store32<Stream, true>(out + c, encode8<D>(_mm256_mul_ps(v[0], _mm256_load_ps(mult + c))),
+                            encode8<D>(_mm256_mul_ps(v[1], _mm256_load_ps(mult + c + 8))),
+                            encode8<D>(_mm256_mul_ps(v[2], _mm256_load_ps(mult + c + 16))),
+                            encode8<D>(_mm256_mul_ps(v[3], _mm256_load_ps(mult + c + 24))));
+    }
+  }
 }
 
 /// MXFP8 32x1 columnwise blocks of x [M, K] (M and K multiples of 32): data [M, K], the E8M0 codes of
-/// rows [32 mb, 32 mb + 32) at scale[mb * scale_cols + k]. Plain stores only: the stores are not in row
-/// order (a 256-byte column group of 32 rows at a time), and streaming them measured slower (6.6 -> 7.3
-/// ms per 64 MiB of fp32).
+/// rows [32 mb, 32 mb + 32) at scale[mb * scale_cols + k], a chunk of columns of 32 rows at a time
+/// (for_each_column_chunk). The stores are in row order within a chunk, so streaming ones (where
+/// use_streaming_stores allows) fill whole lines.
 template <fp8_dtype D, class T>
 TEQUANT_TARGET_AVX2 inline void mxfp8_columnwise(const T* x, std::size_t M, std::size_t K, std::uint8_t* data, std::uint8_t* scale,
-                                                 std::size_t scale_cols) noexcept {
-  for (std::size_t m0 = 0; m0 < M; m0 += 32) mxfp8_columnwise_run<D>(x + m0 * K, K, data + m0 * K, scale + m0 / 32 * scale_cols);
+                                                 std::size_t scale_cols, bool stream) noexcept {
+  const bool st = use_streaming_stores(stream, data, K);
+  const auto rows = [st, K](const T* src, std::size_t w, std::uint8_t* dst, std::uint8_t* sc, const T* next, std::size_t nw) {
+    if (st) mxfp8_columnwise_rows<D, true>(src, K, w, dst, sc, next, nw);
+    else mxfp8_columnwise_rows<D, false>(src, K, w, dst, sc, next, nw);
+  };
+  for_each_column_chunk<mxfp8_columnwise_chunk<T>>(x, M, K, data, scale, scale_cols, rows);
+  if (st) stream_fence();
 }
 
 /// max(m, the amax keys of the 128 elements at p) in 8 lanes: NaN-skipping float maxima for fp32 (two

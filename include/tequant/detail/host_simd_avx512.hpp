@@ -410,9 +410,8 @@ inline constexpr std::size_t mxfp8_columnwise_chunk = 4096;
 /// the next chunk (its first min(W, next_w) columns of 32 rows at next, row stride K; next_w = 0: none)
 /// is prefetched into L2 (T1; T0 measured much slower, presumably evicting mult from L1), so the next
 /// amax pass reads from L2 and the memory reads overlap the cast (without the prefetch this kernel
-/// waits for memory in its amax pass and for the FPU in its cast pass, in turns). The avx2 kernel's
-/// 256-byte column groups (the amax, then the cast of the same group) reread lines that the 32 rows,
-/// a multiple of 4 KiB apart, evict from L1 (they share its sets). docs/benchmarks.md has the figures.
+/// waits for memory in its amax pass and for the FPU in its cast pass, in turns). The AVX2 kernel of
+/// the same name has the same two passes; docs/benchmarks.md has the figures.
 template <fp8_dtype D, bool Stream>
 TEQUANT_TARGET_AVX512 inline void mxfp8_columnwise_rows(const float* x, std::size_t K, std::size_t W, std::uint8_t* data,
                                                         std::uint8_t* scale, const float* next, std::size_t next_w) noexcept {
@@ -539,26 +538,11 @@ template <fp8_dtype D, class T>
 TEQUANT_TARGET_AVX512 inline void mxfp8_columnwise(const T* x, std::size_t M, std::size_t K, std::uint8_t* data,
                                                    std::uint8_t* scale, std::size_t scale_cols, bool stream) noexcept {
   const bool st = avx2::use_streaming_stores(stream, data, K);
-  constexpr std::size_t N = mxfp8_columnwise_chunk;
-  for (std::size_t m0 = 0; m0 < M; m0 += 32) {
-    for (std::size_t c0 = 0; c0 < K; c0 += N) {
-      const std::size_t w = K - c0 < N ? K - c0 : N;
-      const T* next = nullptr;
-      std::size_t nw = 0;
-      if (c0 + w < K) {
-        next = x + m0 * K + c0 + w;
-        nw = K - c0 - w < N ? K - c0 - w : N;
-      } else if (m0 + 32 < M) {
-        next = x + (m0 + 32) * K;
-        nw = K < N ? K : N;
-      }
-      const T* src = x + m0 * K + c0;
-      std::uint8_t* dst = data + m0 * K + c0;
-      std::uint8_t* sc = scale + m0 / 32 * scale_cols + c0;
-      if (st) mxfp8_columnwise_rows<D, true>(src, K, w, dst, sc, next, nw);
-      else mxfp8_columnwise_rows<D, false>(src, K, w, dst, sc, next, nw);
-    }
-  }
+  const auto rows = [st, K](const T* src, std::size_t w, std::uint8_t* dst, std::uint8_t* sc, const T* next, std::size_t nw) {
+    if (st) mxfp8_columnwise_rows<D, true>(src, K, w, dst, sc, next, nw);
+    else mxfp8_columnwise_rows<D, false>(src, K, w, dst, sc, next, nw);
+  };
+  avx2::for_each_column_chunk<mxfp8_columnwise_chunk>(x, M, K, data, scale, scale_cols, rows);
   if (st) avx2::stream_fence();
 }
 
