@@ -353,49 +353,74 @@ template <class Algo>
 #ifdef TEQUANT_DELAYED_AVX512
 /// The whole update of slots [0, n16) (a multiple of 16) with rings of a fixed length (a multiple of
 /// 16, at most 32), in one pass of 16 slots at a time. A slot's ring is one or two 16-float vectors:
-/// the commit is a masked broadcast of the amax into the vector at the head (an unused slot's mask is
+/// the commit is a masked blend of the amax into the vector at the head (an unused slot's mask is
 /// empty) and a masked store, and the window maximum is taken from the vector still in
 /// the register (the maxps chain from +0, reduced across the 16 slots as in ring_max16), so the ring
-/// is read and written once. Then the heads; the scales by delayed_scale_pass after the groups.
+/// is read and written once. Then the heads, and the scales by delayed_scale_pass's rule.
 template <std::uint32_t FixedL, class Algo>
 inline void delayed_update_ring_lines_avx512(const delayed_bucket_view& v, std::uint32_t n16, Algo algo,
                                              float scaled_max) noexcept {
   static_assert(FixedL % 16 == 0 && FixedL <= 32);
   constexpr std::uint32_t L = FixedL;
-  const __m512 zero = _mm512_setzero_ps();
-  const __m512i ones = _mm512_set1_epi32(1);
-  alignas(64) std::uint32_t bit[16];
+  // Local restrict copies: through the view, every masked store could change the view's own
+  // pointers, and GCC reloads them after each one.
+  float* __restrict staging = v.staging;
+  float* __restrict scale = v.scale;
+  float* __restrict ring_base = v.ring;
+  std::uint32_t* __restrict ring_head = v.ring_head;
+  std::uint32_t* __restrict window_size = v.window_size;
+  const __m512 zero = _mm512_setzero_ps(), inf = _mm512_set1_ps(bits_float(0x7F800000u));
+  const __m512 fmax = _mm512_set1_ps(float_max), num = _mm512_set1_ps(scaled_max);
+  const __m512i ones = _mm512_set1_epi32(1), stale = _mm512_set1_epi32(static_cast<int>(window_stale));
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i none = _mm512_set1_epi32(static_cast<int>(L));
   alignas(64) float w[16];
+  // Per slot, the ring position its commit writes: the head, or L (none) for an unused slot, so that
+  // each slot's mask is one compare with a broadcast of it. Staged one group ahead: loading a lane
+  // right after the vector store of all 16 would wait for the store.
+  alignas(64) std::uint32_t positions[2][16];
+  const auto stage_positions = [&](std::uint32_t j, std::uint32_t buffer) {
+    const __mmask16 used = _mm512_cmp_ps_mask(_mm512_loadu_ps(staging + j), zero, _CMP_NEQ_UQ);
+    _mm512_store_si512(positions[buffer], _mm512_mask_mov_epi32(none, used, _mm512_loadu_si512(ring_head + j)));
+  };
+  if (n16 != 0) stage_positions(0, 0);
   for (std::uint32_t j = 0; j < n16; j += 16) {
-    const __m512 c = _mm512_loadu_ps(v.staging + j);
-    const __m512i h = _mm512_loadu_si512(v.ring_head + j);
+    const __m512 c = _mm512_loadu_ps(staging + j);
+    const __m512i h = _mm512_loadu_si512(ring_head + j);
     const __mmask16 used = _mm512_cmp_ps_mask(c, zero, _CMP_NEQ_UQ);  // c != 0, NaN included
-    _mm512_store_si512(bit, _mm512_maskz_sllv_epi32(used, ones, h));    // used ? 1 << head : 0
-    float* ring = v.ring + static_cast<std::size_t>(j) * L;
+    const std::uint32_t buffer = (j / 16) & 1;
+    const std::uint32_t* at = positions[buffer];
+    if (j + 16 < n16) stage_positions(j + 16, buffer ^ 1);
+    float* ring = ring_base + static_cast<std::size_t>(j) * L;
     __m512 a[16];
     for (std::uint32_t s = 0; s < 16; ++s) {
-      const __m128 cs = _mm_load_ss(v.staging + j + s);
+      const __m512i pos = _mm512_set1_epi32(static_cast<int>(at[s]));
+      const __m512 cs = _mm512_set1_ps(staging[j + s]);
       __m512 m = zero;
       for (std::uint32_t i = 0; i < L; i += 16) {
         float* p = ring + s * L + i;
-        const __mmask16 k = static_cast<__mmask16>(bit[s] >> i);
-        const __m512 r = _mm512_mask_broadcastss_ps(_mm512_loadu_ps(p), k, cs);
+        const __mmask16 k = _mm512_cmpeq_epi32_mask(_mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<int>(i))), pos);
+        const __m512 r = _mm512_mask_mov_ps(_mm512_loadu_ps(p), k, cs);
         _mm512_mask_storeu_ps(p, k, r);
         m = max16(r, m);
       }
       a[s] = m;
     }
     _mm512_store_ps(w, reduce16(a));
-    for (std::uint32_t s = 0; s < 16; ++s) w[s] = algo(v.staging[j + s], w[s]);
+    for (std::uint32_t s = 0; s < 16; ++s) w[s] = algo(staging[j + s], w[s]);
     const __m512 amax = _mm512_load_ps(w);
     const __m512i next = _mm512_add_epi32(h, ones);
     const __mmask16 wraps = _mm512_cmpeq_epi32_mask(next, _mm512_set1_epi32(static_cast<int>(L)));
-    _mm512_storeu_si512(v.ring_head + j, _mm512_mask_mov_epi32(h, used, _mm512_maskz_mov_epi32(static_cast<__mmask16>(~wraps), next)));
-    _mm512_storeu_si512(v.window_size + j, _mm512_castps_si512(amax));  // for the scale pass below
+    _mm512_storeu_si512(ring_head + j, _mm512_mask_mov_epi32(h, used, _mm512_maskz_mov_epi32(static_cast<__mmask16>(~wraps), next)));
+    // The scale pass's rule, while c and the amaxes are in registers: the scale where the slot is
+    // used and 0 < amax < inf (both false for NaN), FLT_MAX for an infinite quotient; a used slot's
+    // staging reset, an unused one's +-0 kept; the deque marked stale.
+    const __mmask16 take = used & _mm512_cmp_ps_mask(amax, zero, _CMP_GT_OQ) & _mm512_cmp_ps_mask(amax, inf, _CMP_LT_OQ);
+    const __m512 q = _mm512_mask_min_ps(fmax, 0xFFFF, _mm512_mask_div_ps(num, 0xFFFF, num, amax), fmax);
+    _mm512_mask_storeu_ps(scale + j, take, q);
+    _mm512_mask_storeu_ps(staging + j, used, zero);
+    _mm512_storeu_si512(window_size + j, stale);
   }
-  // The scales and staging by the scale pass's rule, from the amaxes left in window_size (marked
-  // stale again as they are read), in a pass of its own over the three arrays (still in the cache).
-  delayed_scale_pass<true>(v.staging, v.scale, v.window_size, n16, scaled_max);
 }
 #endif
 
