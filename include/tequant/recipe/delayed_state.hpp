@@ -631,7 +631,7 @@ inline void delayed_update_bucket_suffix(const delayed_bucket_view& v, Algo algo
   // Slots are updated in chunks whose amaxes stay on the stack for the vectorised scale pass. Each
   // slot's ring and suffix lines sit on pages of their own: they are prefetched a few slots ahead to
   // overlap the cache and TLB misses.
-  constexpr std::uint32_t chunk = 64, ahead = 8;
+  constexpr std::uint32_t chunk = 64, ahead = 16;
   const std::uint32_t L = v.history_length, n = v.slots;
   const float* __restrict staging = v.staging;
   std::uint32_t* __restrict head = v.ring_head;
