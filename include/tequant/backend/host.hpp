@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tequant/backend/concepts.hpp"
+#include "tequant/backend/host_allocator.hpp"
 #include "tequant/backend/layouts.hpp"
 #include "tequant/backend/plan_dispatch.hpp"
 #include "tequant/backend/validate.hpp"
@@ -55,13 +56,14 @@ inline float key_float(std::uint32_t k) noexcept { return bits_float(k); }
 
 }  // namespace detail
 
-/// CPU backend: buffers are std::vector, every pointer is a host pointer.
+/// CPU backend: buffers are std::vector (large ones on huge pages, see host_allocator), every
+/// pointer is a host pointer.
 struct host_backend {
   using policy_kind = backend_kind;
   static constexpr bool host_accessible = true;
 
   template <class T>
-  using buffer = std::vector<T>;
+  using buffer = std::vector<T, host_allocator<T>>;
 
   /// n zeroed values.
   template <class T>
