@@ -32,9 +32,8 @@ TEST_CASE("host buffers below and above the huge-page threshold are zeroed and u
     b[n - 1] = 3.0f;  // the last element is inside the block
     auto moved = std::move(b);
     CHECK(moved[n - 1] == 3.0f);
-    const bool huge = n * sizeof(float) >= alloc::huge_page_threshold;
 #if defined(__linux__)
-    CHECK(alloc::on_huge_pages(n * sizeof(float)) == huge);
+    CHECK(alloc::on_huge_pages(n * sizeof(float)) == (n * sizeof(float) >= alloc::huge_page_threshold));
 #else
     CHECK(!alloc::on_huge_pages(n * sizeof(float)));
 #endif

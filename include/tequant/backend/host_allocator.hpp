@@ -36,16 +36,16 @@ struct host_allocator {
   [[nodiscard]] T* allocate(std::size_t n) {
     if (n > static_cast<std::size_t>(-1) / sizeof(T)) throw std::bad_array_new_length();
     const std::size_t bytes = n * sizeof(T);
-    if (!on_huge_pages(bytes)) return static_cast<T*>(::operator new(bytes));
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-    const std::size_t rounded = (bytes + huge_page_size - 1) & ~(huge_page_size - 1);
-    void* p = std::aligned_alloc(huge_page_size, rounded);
-    if (p == nullptr) throw std::bad_alloc();
-    (void)::madvise(p, rounded, MADV_HUGEPAGE);  // advice only: a refusal leaves ordinary pages
-    return static_cast<T*>(p);
-#else
-    return static_cast<T*>(::operator new(bytes));  // not reached: no block goes on huge pages
+    if (on_huge_pages(bytes)) {
+      const std::size_t rounded = (bytes + huge_page_size - 1) & ~(huge_page_size - 1);
+      void* p = std::aligned_alloc(huge_page_size, rounded);
+      if (p == nullptr) throw std::bad_alloc();
+      (void)::madvise(p, rounded, MADV_HUGEPAGE);  // advice only: a refusal leaves ordinary pages
+      return static_cast<T*>(p);
+    }
 #endif
+    return static_cast<T*>(::operator new(bytes));
   }
 
   void deallocate(T* p, std::size_t n) noexcept {
