@@ -152,7 +152,9 @@ TEQUANT_TARGET_AVX512 std::size_t pow2_mismatches(const std::vector<bf16>& x, in
 }
 
 /// The AVX2 form (16 lanes per vector), the same checks: encode16_pow2 lane by lane (its report is a
-/// mask per lane, all ones or zero), and encode32_pow2 packs the same codes in order.
+/// mask per lane, all ones or zero), and encode32_pow2 packs the same codes in order. The form for
+/// callers without inf lanes (Inf = false) must give the same report and, on every lane that is not
+/// +-inf, the same code.
 template <fp8_dtype D>
 TEQUANT_TARGET_AVX2 std::size_t pow2_mismatches_avx2(const std::vector<bf16>& x, int j) {
   const float s = std::ldexp(1.0f, j);
@@ -165,11 +167,15 @@ TEQUANT_TARGET_AVX2 std::size_t pow2_mismatches_avx2(const std::vector<bf16>& x,
     alignas(32) std::uint8_t got[32];
     alignas(32) std::uint16_t slow_lanes[16];
     for (std::size_t h = 0; h < 32; h += 16) {
-      __m256i slow = _mm256_setzero_si256();
-      const __m256i r = detail::avx2::encode16_pow2<D>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.data() + i + h)), c, slow);
-      alignas(32) std::uint16_t codes[16];
+      const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.data() + i + h));
+      __m256i slow = _mm256_setzero_si256(), slow_no_inf = _mm256_setzero_si256();
+      const __m256i r = detail::avx2::encode16_pow2<D>(a, c, slow);
+      const __m256i r_no_inf = detail::avx2::encode16_pow2<D, false>(a, c, slow_no_inf);
+      alignas(32) std::uint16_t codes[16], codes_no_inf[16], slow_no_inf_lanes[16];
       _mm256_store_si256(reinterpret_cast<__m256i*>(codes), r);
       _mm256_store_si256(reinterpret_cast<__m256i*>(slow_lanes), slow);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(codes_no_inf), r_no_inf);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(slow_no_inf_lanes), slow_no_inf);
       for (std::size_t l = 0; l < 16; ++l) {
         std::uint16_t b = 0;
         std::memcpy(&b, &x[i + h + l], 2);
@@ -178,6 +184,7 @@ TEQUANT_TARGET_AVX2 std::size_t pow2_mismatches_avx2(const std::vector<bf16>& x,
         const bool is_slow = slow_lanes[l] == 0xFFFF;
         bad += (slow_lanes[l] != 0 && slow_lanes[l] != 0xFFFF) || is_slow != expect_slow ||
                (!is_slow && (codes[l] > 0xFF || codes[l] != want[i + h + l]));
+        bad += slow_no_inf_lanes[l] != slow_lanes[l] || (!is_slow && (b & 0x7FFF) != 0x7F80 && codes_no_inf[l] != codes[l]);
         got[h + l] = static_cast<std::uint8_t>(codes[l]);
       }
     }
@@ -301,6 +308,17 @@ TEST_CASE_TEMPLATE("MXFP8 rowwise (fp32, bf16): inf, NaN, zero and overflowing b
         });
         CHECK(data == want_data);
         CHECK(scale == want_scale);
+#if TEQUANT_HAS_X86_TARGET_ATTRIBUTES
+        // The AVX2 kernel called directly (CPUs with AVX-512 dispatch to theirs above).
+        if (detail::host_has_avx2()) {
+          std::vector<std::uint8_t> data2(M * K), scale2(M * (KB + 3), 0xEE);
+          tequant::detail::with_dtype(d, [&]<fp8_dtype D>() {
+            detail::avx2::mxfp8_rowwise<D>(x.data(), M, K, data2.data(), scale2.data(), KB + 3, stream);
+          });
+          CHECK(data2 == want_data);
+          CHECK(scale2 == want_scale);
+        }
+#endif
       }
   }
 }

@@ -454,8 +454,9 @@ TEQUANT_TARGET_AVX2_INLINE inline void store8_bytes(std::uint8_t* out, __m256i v
   _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm_packus_epi16(w, w));
 }
 
-/// The eight MXFP8 blocks of 32 bf16 at p with multipliers mult (powers of two) at out: encode32_pow2
-/// with each block's constants, and encode32 for all eight where it reports a lane.
+/// The eight MXFP8 blocks of 32 bf16 at p with multipliers mult (powers of two; no block has code 254,
+/// so none holds an inf) at out: encode32_pow2 with each block's constants, and encode32 for all eight
+/// where it reports a lane.
 template <fp8_dtype D, bool Stream>
 TEQUANT_TARGET_AVX2_INLINE inline void mxfp8_group_pow2(const bf16* p, __m256 mult, std::uint8_t* out) noexcept {
   constexpr std::size_t ahead = prefetch_ahead(8 * 32 * sizeof(bf16));
@@ -465,7 +466,7 @@ TEQUANT_TARGET_AVX2_INLINE inline void mxfp8_group_pow2(const bf16* p, __m256 mu
   for (int b = 0; b < 8; ++b) {
     prefetch_bytes(p + b * 32 + ahead / sizeof(bf16), 32 * sizeof(bf16));
     const pow2_words w = c[b].words();
-    store_bytes32<Stream>(out + b * 32, encode32_pow2<D>(p + b * 32, w, w, slow));
+    store_bytes32<Stream>(out + b * 32, encode32_pow2<D, false>(p + b * 32, w, w, slow));  // no code 254: no inf
   }
   if (!_mm256_testz_si256(slow, slow))
     for (int b = 0; b < 8; ++b) encode32<D, Stream>(p + b * 32, lane(mult, b), out + b * 32);
@@ -653,7 +654,7 @@ TEQUANT_TARGET_AVX2 inline void mxfp8_columnwise_rows(const bf16* x, std::size_t
         const pow2_words c0{_mm256_load_si256(reinterpret_cast<const __m256i*>(add + c)), lo0, _mm256_add_epi16(lo0, bias)};
         const pow2_words c1{_mm256_load_si256(reinterpret_cast<const __m256i*>(add + c + 16)), lo1, _mm256_add_epi16(lo1, bias)};
         __m256i slow = _mm256_setzero_si256();
-        const __m256i codes = encode32_pow2<D>(p + c, c0, c1, slow);
+        const __m256i codes = encode32_pow2<D, false>(p + c, c0, c1, slow);  // no code 254: no inf
         if (_mm256_testz_si256(slow, slow)) [[likely]] {
           store_bytes32<Stream>(out + c, codes);
           continue;

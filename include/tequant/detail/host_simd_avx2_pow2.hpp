@@ -107,8 +107,10 @@ TEQUANT_TARGET_AVX2_INLINE inline void pow2_pairs8(__m256 mult, pow2_pairs* out)
 }
 
 /// The codes of 16 bf16 (a) times 2^j as 16-bit lanes in [0, 255]; slow |= -1 in the lanes it does not
-/// cast (nonzero, below c.lo: their codes are undefined).
-template <fp8_dtype D>
+/// cast (nonzero, below c.lo: their codes are undefined). Inf = false: the caller knows no lane is
+/// +-inf (MXFP8: a block holding one has code 254, which takes the float encoder), and the codes of
+/// such lanes are undefined; it saves the inf test and blend, 2 of 19 instructions per 16 elements.
+template <fp8_dtype D, bool Inf = true>
 TEQUANT_TARGET_AVX2_INLINE inline __m256i encode16_pow2(__m256i a, const pow2_words& c, __m256i& slow) noexcept {
   using tr = fp8_traits<D>;
   constexpr int sh = 7 - tr::mant;
@@ -122,19 +124,19 @@ TEQUANT_TARGET_AVX2_INLINE inline __m256i encode16_pow2(__m256i a, const pow2_wo
   const __m256i max_code = _mm256_set1_epi16(static_cast<short>(tr::max_code));
   __m256i code = _mm256_andnot_si256(small, _mm256_min_epu16(_mm256_srli_epi16(t, sh), max_code));
   // inf * 2^j is inf, which saturates (its exponent field read as a number would not, for j < 0).
-  code = _mm256_blendv_epi8(code, max_code, _mm256_cmpeq_epi16(abs, _mm256_set1_epi16(0x7F80)));
+  if constexpr (Inf) code = _mm256_blendv_epi8(code, max_code, _mm256_cmpeq_epi16(abs, _mm256_set1_epi16(0x7F80)));
   code = _mm256_or_si256(code, _mm256_and_si256(_mm256_srli_epi16(a, 8), _mm256_set1_epi16(0x80)));
   return _mm256_blendv_epi8(code, _mm256_set1_epi16(0x7F), _mm256_cmpgt_epi16(abs, _mm256_set1_epi16(0x7F80)));  // NaN
 }
 
 /// The 32 codes of the bf16 at p times 2^j (c0: the constants of elements 0-15, c1: of 16-31), in
-/// order, into out; slow as encode16_pow2's (the caller casts these 32 again with the float encoder
-/// where it is nonzero).
-template <fp8_dtype D>
+/// order, into out; slow and Inf as encode16_pow2's (the caller casts these 32 again with the float
+/// encoder where slow is nonzero).
+template <fp8_dtype D, bool Inf = true>
 TEQUANT_TARGET_AVX2_INLINE inline __m256i encode32_pow2(const bf16* p, const pow2_words& c0, const pow2_words& c1,
                                                         __m256i& slow) noexcept {
-  const __m256i r0 = encode16_pow2<D>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), c0, slow);
-  const __m256i r1 = encode16_pow2<D>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)), c1, slow);
+  const __m256i r0 = encode16_pow2<D, Inf>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), c0, slow);
+  const __m256i r1 = encode16_pow2<D, Inf>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)), c1, slow);
   return _mm256_permute4x64_epi64(_mm256_packus_epi16(r0, r1), 0xD8);
 }
 
