@@ -43,14 +43,19 @@ TEST_CASE("host buffers below and above the huge-page threshold are zeroed and u
 }
 
 TEST_CASE("a delayed bucket whose ring grows past the huge-page threshold keeps its state") {
-  // 1,100 slots at L = 1024: the ring and window reach 4 MiB at 1,024 slots and are copied on growth.
+  // L = 1024, capacity doubling: 500 slots hold 512 (ring and window 2 MiB each, ordinary pages);
+  // slot 513 grows them to 1,024 (4 MiB, huge pages) and slot 1,025 to 2,048, each growth a copy of
+  // the state the first update left.
   tequant::delayed_bucket<tequant::host_backend> b(1024);
-  for (std::uint32_t j = 0; j < 1000; ++j) b.add_slot();
-  for (std::uint32_t j = 0; j < 1000; ++j) b.staging()[j] = 1.0f + static_cast<float>(j);
+  for (std::uint32_t j = 0; j < 500; ++j) b.add_slot();
+  for (std::uint32_t j = 0; j < 500; ++j) b.staging()[j] = 1.0f + static_cast<float>(j);
   b.update(tequant::window_max{}, {448.0f});
-  for (std::uint32_t j = 0; j < 100; ++j) b.add_slot();
+  CHECK(!alloc::on_huge_pages(512 * std::size_t{1024} * sizeof(float)));
+  for (std::uint32_t j = 500; j < 1100; ++j) b.add_slot();
+  if (alloc::on_huge_pages(2048 * std::size_t{1024} * sizeof(float)))
+    CHECK(reinterpret_cast<std::uintptr_t>(b.view().ring) % alloc::huge_page_size == 0);
   for (std::uint32_t j = 0; j < 1100; ++j) b.staging()[j] = 0.5f;
   b.update(tequant::window_max{}, {448.0f});
-  for (std::uint32_t j = 0; j < 1000; ++j) REQUIRE(b.scale(j) == 448.0f / (1.0f + static_cast<float>(j)));
-  for (std::uint32_t j = 1000; j < 1100; ++j) REQUIRE(b.scale(j) == 448.0f / 0.5f);
+  for (std::uint32_t j = 0; j < 500; ++j) REQUIRE(b.scale(j) == 448.0f / (1.0f + static_cast<float>(j)));
+  for (std::uint32_t j = 500; j < 1100; ++j) REQUIRE(b.scale(j) == 448.0f / 0.5f);
 }
