@@ -131,6 +131,38 @@ void bm_block(benchmark::State& st) {
   st.SetBytesProcessed(static_cast<std::int64_t>(st.iterations() * (n * (sizeof(T) + 1) + s.size() * 4)));
 }
 
+// The AVX2 block-scaling kernels called directly, as CPUs without AVX-512 run them: 1x128 tiles over
+// the whole matrix in one call (host_backend calls them per 128 rows), 128x128 as host_backend does.
+template <class T, bool Tile2d>
+void bm_block_avx2(benchmark::State& st) {
+#if TEQUANT_HAS_X86_TARGET_ATTRIBUTES
+  if (!tequant::detail::host_has_avx2()) {
+    st.SkipWithError("this CPU has no AVX2");
+    return;
+  }
+  std::size_t K = 4096;
+  benchmark::DoNotOptimize(K);  // as in bm_mxfp8_avx2
+  const std::size_t M = input_bytes / sizeof(T) / K, n = M * K, KB = K / 128;
+  const auto x = make_input<T>(n);
+  std::vector<std::uint8_t> q(n);
+  std::vector<float> s(Tile2d ? (M / 128) * KB : M * KB);
+  const bool stream = n >= tequant::detail::streaming_store_min_bytes;  // as host_backend asks
+  constexpr float vinf = tequant::detail::input_type_max<T>();
+  for (auto _ : st) {
+    constexpr auto D = tequant::fp8_dtype::e4m3;
+    if constexpr (Tile2d)
+      tequant::detail::avx2::block_2d<D>(x.data(), M, K, q.data(), s.data(), true, 0.0f, vinf, stream);
+    else
+      tequant::detail::avx2::block_rowwise<D>(x.data(), M, K, q.data(), s.data(), M, true, 0.0f, vinf, stream);
+    benchmark::DoNotOptimize(q.data());
+    benchmark::ClobberMemory();
+  }
+  st.SetBytesProcessed(static_cast<std::int64_t>(st.iterations() * (n * (sizeof(T) + 1) + s.size() * 4)));
+#else
+  st.SkipWithError("no x86 target attributes in this build");
+#endif
+}
+
 // NVFP4: two passes (the tensor's amax, then the cast) read x twice, counted like current scaling's;
 // writes are half a byte per element plus one E4M3 scale byte per 16 elements. With Rht the columnwise
 // copy goes through the 16x16 random Hadamard transform (its fp32 scratch copy is not counted); Tile2d:
@@ -177,6 +209,10 @@ BENCHMARK(bm_block<float, fp8_dtype::e4m3, false>)->Name("block_1x128/fp32/e4m3"
 BENCHMARK(bm_block<bf16, fp8_dtype::e4m3, false>)->Name("block_1x128/bf16/e4m3")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(bm_block<float, fp8_dtype::e4m3, true>)->Name("block_128x128/fp32/e4m3")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(bm_block<bf16, fp8_dtype::e4m3, true>)->Name("block_128x128/bf16/e4m3")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(bm_block_avx2<float, false>)->Name("block_1x128_avx2/fp32/e4m3")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(bm_block_avx2<bf16, false>)->Name("block_1x128_avx2/bf16/e4m3")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(bm_block_avx2<float, true>)->Name("block_128x128_avx2/fp32/e4m3")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(bm_block_avx2<bf16, true>)->Name("block_128x128_avx2/bf16/e4m3")->Unit(benchmark::kMillisecond)->UseRealTime();
 
 BENCHMARK(bm_nvfp4<float, false, false>)->Name("nvfp4_rowwise/fp32")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(bm_nvfp4<bf16, false, false>)->Name("nvfp4_rowwise/bf16")->Unit(benchmark::kMillisecond)->UseRealTime();

@@ -125,7 +125,9 @@ namespace {
 
 /// encode32_pow2 on the 65,536 bf16 patterns times 2^j against the portable cast: the codes of the lanes
 /// it does not report, and which lanes it reports (exactly the nonzero subnormals and the products
-/// below FP8's smallest normal). Returns the number of mismatching lanes.
+/// below FP8's smallest normal). The form without the inf test (Inf = false) must give the same report
+/// and the same code on every lane but +-inf below 2^pow2_inf_saturates_from. Returns the number of
+/// mismatches.
 template <fp8_dtype D>
 TEQUANT_TARGET_AVX512 std::size_t pow2_mismatches(const std::vector<bf16>& x, int j) {
   const float s = std::ldexp(1.0f, j);
@@ -135,10 +137,12 @@ TEQUANT_TARGET_AVX512 std::size_t pow2_mismatches(const std::vector<bf16>& x, in
   const detail::avx512::pow2_lanes c = detail::avx512::pow2_constants<D>(s);
   std::size_t bad = 0;
   for (std::size_t i = 0; i < x.size(); i += 32) {
-    __mmask32 slow = 0;
-    alignas(32) std::uint8_t got[32];
-    const __m256i codes = detail::avx512::encode32_pow2<D>(_mm512_loadu_si512(x.data() + i), c, slow);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(got), codes);
+    __mmask32 slow = 0, slow_no_inf = 0;
+    alignas(32) std::uint8_t got[32], got_no_inf[32];
+    const __m512i a = _mm512_loadu_si512(x.data() + i);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(got), detail::avx512::encode32_pow2<D>(a, c, slow));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(got_no_inf), detail::avx512::encode32_pow2<D, false>(a, c, slow_no_inf));
+    bad += slow_no_inf != slow;
     for (std::size_t l = 0; l < 32; ++l) {
       std::uint16_t b = 0;
       std::memcpy(&b, &x[i + l], 2);
@@ -146,15 +150,15 @@ TEQUANT_TARGET_AVX512 std::size_t pow2_mismatches(const std::vector<bf16>& x, in
       const bool expect_slow = (b & 0x7FFF) != 0 && ((b & 0x7F80) == 0 || y < min_normal);
       const bool is_slow = ((slow >> l) & 1u) != 0;
       bad += is_slow != expect_slow || (!is_slow && got[l] != want[i + l]);
+      bad += !is_slow && ((b & 0x7FFF) != 0x7F80 || j >= detail::avx2::pow2_inf_saturates_from) && got_no_inf[l] != got[l];
     }
   }
   return bad;
 }
 
 /// The AVX2 form (16 lanes per vector), the same checks: encode16_pow2 lane by lane (its report is a
-/// mask per lane, all ones or zero), and encode32_pow2 packs the same codes in order. The form for
-/// callers without inf lanes (Inf = false) must give the same report and, on every lane that is not
-/// +-inf, the same code.
+/// mask per lane, all ones or zero), and encode32_pow2 packs the same codes in order. The form without
+/// the inf test, as above.
 template <fp8_dtype D>
 TEQUANT_TARGET_AVX2 std::size_t pow2_mismatches_avx2(const std::vector<bf16>& x, int j) {
   const float s = std::ldexp(1.0f, j);
@@ -184,7 +188,9 @@ TEQUANT_TARGET_AVX2 std::size_t pow2_mismatches_avx2(const std::vector<bf16>& x,
         const bool is_slow = slow_lanes[l] == 0xFFFF;
         bad += (slow_lanes[l] != 0 && slow_lanes[l] != 0xFFFF) || is_slow != expect_slow ||
                (!is_slow && (codes[l] > 0xFF || codes[l] != want[i + h + l]));
-        bad += slow_no_inf_lanes[l] != slow_lanes[l] || (!is_slow && (b & 0x7FFF) != 0x7F80 && codes_no_inf[l] != codes[l]);
+        bad += slow_no_inf_lanes[l] != slow_lanes[l] ||
+               (!is_slow && ((b & 0x7FFF) != 0x7F80 || j >= detail::avx2::pow2_inf_saturates_from) &&
+                codes_no_inf[l] != codes[l]);
         got[h + l] = static_cast<std::uint8_t>(codes[l]);
       }
     }
@@ -478,12 +484,29 @@ void check_block_kernels(std::size_t M, std::size_t K, std::size_t xoff, std::si
           detail::block_2d_host<D>(x.data() + xoff, M, K, data2.data() + doff, s2.data(), p.pow2, p.eps, p.vinf, stream);
           detail::block_2d_scalar<D>(x.data() + xoff, M, K, want2.data(), want_s2.data(), p.pow2, p.eps, p.vinf);
         });
-        CHECK(std::memcmp(data.data() + doff, want.data(), M * K) == 0);
-        CHECK(data[doff + M * K] == 0xAB);
-        CHECK(std::memcmp(si.data(), want_si.data(), si.size() * sizeof(float)) == 0);
-        CHECK(std::memcmp(data2.data() + doff, want2.data(), M * K) == 0);
-        CHECK(data2[doff + M * K] == 0xAB);
-        CHECK(std::memcmp(s2.data(), want_s2.data(), s2.size() * sizeof(float)) == 0);
+        const auto check_outputs = [&] {
+          CHECK(std::memcmp(data.data() + doff, want.data(), M * K) == 0);
+          CHECK(data[doff + M * K] == 0xAB);
+          CHECK(std::memcmp(si.data(), want_si.data(), si.size() * sizeof(float)) == 0);
+          CHECK(std::memcmp(data2.data() + doff, want2.data(), M * K) == 0);
+          CHECK(data2[doff + M * K] == 0xAB);
+          CHECK(std::memcmp(s2.data(), want_s2.data(), s2.size() * sizeof(float)) == 0);
+        };
+        check_outputs();
+#if TEQUANT_HAS_X86_TARGET_ATTRIBUTES
+        // The AVX2 kernels called directly (CPUs with AVX-512 dispatch to theirs above).
+        if (detail::host_has_avx2()) {
+          std::fill(data.begin(), data.end(), std::uint8_t{0xAB});
+          std::fill(data2.begin(), data2.end(), std::uint8_t{0xAB});
+          std::fill(si.begin(), si.end(), -7.0f);
+          std::fill(s2.begin(), s2.end(), -7.0f);
+          tequant::detail::with_dtype(d, [&]<fp8_dtype D>() {
+            detail::avx2::block_rowwise<D>(x.data() + xoff, M, K, data.data() + doff, si.data(), M + 2, p.pow2, p.eps, p.vinf, stream);
+            detail::avx2::block_2d<D>(x.data() + xoff, M, K, data2.data() + doff, s2.data(), p.pow2, p.eps, p.vinf, stream);
+          });
+          check_outputs();
+        }
+#endif
       }
 }
 

@@ -219,10 +219,11 @@ TEQUANT_TARGET_AVX2_INLINE inline void encode32(const T* x, __m256 s, std::uint8
 
 /// out[0..32 * n) = fp8(x[0..32 * n) * mult) for a power of two mult (c: its constants): encode32_pow2,
 /// and encode32 for all n where that reports a lane (once per group: the common case has one test).
+/// Block scaling's tiles only: a tile holding an inf has scale 1, so encode32_pow2 needs no inf test.
 template <fp8_dtype D, bool Stream, int N>
 TEQUANT_TARGET_AVX2_INLINE inline void encode_pow2_group(const bf16* x, const pow2_words& c, __m256 mult, std::uint8_t* out) noexcept {
   __m256i slow = _mm256_setzero_si256();
-  for (int q = 0; q < N; ++q) store_bytes32<Stream>(out + 32 * q, encode32_pow2<D>(x + 32 * q, c, c, slow));
+  for (int q = 0; q < N; ++q) store_bytes32<Stream>(out + 32 * q, encode32_pow2<D, false>(x + 32 * q, c, c, slow));
   if (!_mm256_testz_si256(slow, slow))
     for (int q = 0; q < N; ++q) encode32<D, Stream>(x + 32 * q, mult, out + 32 * q);
 }

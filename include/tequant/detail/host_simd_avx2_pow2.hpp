@@ -106,10 +106,16 @@ TEQUANT_TARGET_AVX2_INLINE inline void pow2_pairs8(__m256 mult, pow2_pairs* out)
   for (int b = 0; b < 8; ++b) out[b] = {v[0][b], v[1][b], v[2][b]};
 }
 
+/// From 2^-112 on, +-inf times 2^j gets its saturated code without the inf test of the encoders below:
+/// inf's exponent field read as a number, 255 + j - 127 + bias, already lands above the largest finite
+/// code (E4M3 from j = -119, E5M2 from j = -112). Below, the test is what saturates it.
+inline constexpr int pow2_inf_saturates_from = -112;
+
 /// The codes of 16 bf16 (a) times 2^j as 16-bit lanes in [0, 255]; slow |= -1 in the lanes it does not
-/// cast (nonzero, below c.lo: their codes are undefined). Inf = false: the caller knows no lane is
-/// +-inf (MXFP8: a block holding one has code 254, which takes the float encoder), and the codes of
-/// such lanes are undefined; it saves the inf test and blend, 2 of 19 instructions per 16 elements.
+/// cast (nonzero, below c.lo: their codes are undefined). Inf = false: the caller knows no +-inf lane
+/// meets a j below pow2_inf_saturates_from (MXFP8: a block holding one has code 254, which takes the
+/// float encoder; block scaling: a tile holding one has scale 1), and the codes of such lanes are
+/// undefined; it saves the inf test and blend, 2 of 19 instructions per 16 elements.
 template <fp8_dtype D, bool Inf = true>
 TEQUANT_TARGET_AVX2_INLINE inline __m256i encode16_pow2(__m256i a, const pow2_words& c, __m256i& slow) noexcept {
   using tr = fp8_traits<D>;
