@@ -116,7 +116,7 @@ TEQUANT_TARGET_AVX512_INLINE inline pow2_lanes pow2_constants(float mult) noexce
 /// Codes of the 32 bf16 in a times 2^j (c: pow2_constants of 2^j), in order, as encode32 gives them,
 /// except for the lanes set in the returned mask (nonzero lanes below c.lo: their codes are undefined).
 /// Inf = false: as avx2::encode16_pow2's (no +-inf lane meets a j below pow2_inf_saturates_from);
-/// it saves the inf compare and masked move, 2 of 13 instructions per 32 elements.
+/// it saves the inf compare and masked move, 2 of 15 vector instructions per 32 elements.
 template <fp8_dtype D, bool Inf = true>
 TEQUANT_TARGET_AVX512_INLINE inline __m256i encode32_pow2(__m512i a, const pow2_lanes& c, __mmask32& slow) noexcept {
   using tr = fp8_traits<D>;
