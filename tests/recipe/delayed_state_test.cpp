@@ -391,6 +391,44 @@ TEST_CASE("growing a bucket keeps existing state; import/export round-trips TE's
   CHECK(std::memcmp(h3.data(), ref.history.data(), h3.size() * sizeof(float)) == 0);
 }
 
+// A state file holds each ring in position order, for short rings (scanned) and long ones (suffix
+// maxima), whatever the update kept beside them. Every slot is used at every step, so position p
+// holds the last commit t with t % L == p: the file's ring section is checked against that, not
+// against the library's own reading of its memory.
+TEST_CASE("a state file holds each ring in position order, after updates of either algorithm") {
+  for (std::uint32_t L : {5u, 64u, 65u, 97u, 1024u}) {
+    CAPTURE(L);
+    const std::uint32_t n = 19, steps = L + L / 2 + 3;
+    const auto amax = [](std::uint32_t j, std::uint32_t t) { return static_cast<float>(1 + j * 4099 + t); };
+    bucket b(L);
+    for (std::uint32_t j = 0; j < n; ++j) b.add_slot();
+    for (std::uint32_t t = 0; t < steps; ++t) {
+      for (std::uint32_t j = 0; j < n; ++j) b.staging()[j] = amax(j, t);
+      if (t % 3 == 0) b.update(tequant::most_recent{}, {448.0f});
+      else b.update(tequant::window_max{}, {448.0f});
+    }
+    tequant::detail::byte_writer w;
+    tequant::detail::save_delayed_bucket(b, w);
+    const std::vector<std::uint8_t> bytes = w.bytes();
+    const std::size_t ring_at = 4 * (2 + 3 * std::size_t{n});  // L, n, staging, scales, heads
+    REQUIRE(bytes.size() == ring_at + 4 * std::size_t{n} * L);
+    bool in_order = true;
+    for (std::uint32_t j = 0; j < n; ++j)
+      for (std::uint32_t p = 0; p < L; ++p) {
+        const std::uint32_t last = p + (steps - 1 - p) / L * L;  // the last step t <= steps-1 with t % L == p
+        float got;
+        std::memcpy(&got, bytes.data() + ring_at + 4 * (std::size_t{j} * L + p), 4);
+        in_order = in_order && same_bits(got, amax(j, last));
+      }
+    CHECK(in_order);
+    tequant::detail::byte_reader r(bytes, "test");
+    bucket loaded = tequant::detail::load_delayed_bucket(r, L, tequant::host_backend{});
+    for (std::uint32_t j = 0; j < n; ++j)
+      for (std::uint32_t p = 0; p < L; ++p)
+        REQUIRE(same_bits(loaded.view().ring[std::size_t{j} * L + p], b.view().ring[std::size_t{j} * L + p]));
+  }
+}
+
 TEST_CASE("delayed_bucket misuse raises tequant::error naming the rule") {
   CHECK_THROWS_WITH_AS(bucket(0), doctest::Contains("tequant: delayed_bucket: history_length 0"), tequant::error);
   bucket b(4);
