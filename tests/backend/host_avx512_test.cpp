@@ -520,7 +520,7 @@ TEST_CASE("FP8 block scaling 1x128 and 128x128, fp32 and bf16: special tiles, ta
     check_block_kernels<float>(s[0], s[1], 0, 0, rng);
     check_block_kernels<bf16>(s[0], s[1], 0, 0, rng);
   }
-  // The AVX-512 128x128 kernel pipelines its passes in segments of 2 KiB of input (512 fp32, 1024 bf16
+  // The 128x128 kernels (AVX-512 and AVX2) pipeline their passes in segments of 2 KiB of input (512 fp32, 1024 bf16
   // columns): K a multiple of both with M a partial block, a last segment of one full tile, and K past
   // the kernel's column chunk (16384: the row stride is then not the width of a call).
   const std::size_t segment_shapes[][2] = {{260, 2048}, {200, 512 + 128}, {129, 16384 + 640}};

@@ -707,8 +707,8 @@ TEQUANT_TARGET_AVX512_INLINE inline void block_2d_row_cast(const T* p, std::size
   if (full * 128 < K) avx2::scale_encode<D>(p + full * 128, K - full * 128, scale[full], out + full * 128, false);
 }
 
-/// avx2::block_2d_run (the same pipelining of each row block's amaxes with the cast of the one
-/// before), in segments of 2 KiB of input: the amaxes of a segment of row m, then the cast of the same
+/// avx2::block_2d_run with 16-lane keys: each row block's amaxes pipelined with the cast of the one
+/// before in segments of 2 KiB of input, the amaxes of a segment of row m, then the cast of the same
 /// columns of row m - 128, which prefetches into L1 the amax pass's input two segments on (in row
 /// order, into the next rows past the end of this one). The cast computes for longer than the amax
 /// pass reads, so without the prefetch the two took turns rather than overlapping; prefetching further
