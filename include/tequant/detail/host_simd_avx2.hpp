@@ -776,7 +776,7 @@ TEQUANT_TARGET_AVX2 inline void block_rowwise(const T* x, std::size_t M, std::si
 // segment of row r of block mb, then the cast of the same columns of row r of block mb - 1, which
 // prefetches into L1 the amax pass's input two segments on, so the reads of one block's amax pass
 // overlap the encoding of the block before instead of the passes taking turns (a row at a time
-// without the prefetch: 1.3x the time for fp32, 1.15x for bf16, at 64 MiB on Zen 4; interleaving them
+// without the prefetch: 1.3x the time for fp32, 1.1-1.25x for bf16, at 64 MiB on Zen 4; interleaving them
 // a tile at a time measured 2.5x slower for fp32: the two rows are a power of two apart). Measured: walking one
 // 128x128 tile at a time (amax, then the cast from cache) was 2.5x slower: rows K * sizeof(T) apart
 // share cache sets, so a tile does not stay in L2.
