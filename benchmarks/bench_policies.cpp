@@ -322,8 +322,8 @@ class manager_step {
     for (std::uint32_t i = 0; i < n_; ++i) {
       const module_handle h = m_.register_module("layer" + std::to_string(i), 1);
       mods_.push_back(h);
-      for (auto r : {forward_role::input, forward_role::weight, forward_role::output}) fwd_.push_back(m_.slot(h, r));
-      for (auto r : {backward_role::grad_output, backward_role::grad_input}) bwd_.push_back(m_.slot(h, r));
+      for (auto r : {forward_role::input, forward_role::weight, forward_role::output}) fwd_.push_back(m_.bind(h, r));
+      for (auto r : {backward_role::grad_output, backward_role::grad_input}) bwd_.push_back(m_.bind(h, r));
     }
     registered_ = true;
   }
@@ -360,7 +360,10 @@ class manager_step {
   // indexing cost more per layer than some of the bookkeeping measured here.
   std::vector<std::unique_ptr<checkpoint_frame>> frames_;
   std::vector<module_handle> mods_;
-  std::vector<slot_id> fwd_, bwd_;
+  // Cast handles, bound once at registration, as docs/api.md asks of a module (the floor's equivalent:
+  // pointers straight into the recipe state).
+  std::vector<forward_cast_handle> fwd_;
+  std::vector<backward_cast_handle> bwd_;
   bool registered_ = false;
   std::uint32_t step_ = 0;
 };

@@ -196,6 +196,23 @@ class quantization_manager {
     if constexpr (detail::keeps_plans<recipe_part>) {
       if (handle.key_ == keys_.key<D>()) [[likely]]
         return handle.kept_;
+      if constexpr (D == direction::forward && recompute_stack<stack_part>) {
+        // Inside checkpoint frames (they spoil the forward key): a handle of this epoch in an enabled
+        // region takes the frames' plan here, as a slot id does, without the out-of-line call and its
+        // owner and epoch tests (an epoch's key belongs to this manager alone).
+        if (handle.key_ == keys_.epoch() && enabled_ && !frames_.empty()) {
+          const slot_id s{D, handle.slot_.bucket, handle.slot_.index};
+          if constexpr (requires {
+                          frames_.plan_forward_kept(s, handle.kept_, handle.last_, backend_, 0, this, describer());
+                        }) {
+            return frames_.plan_forward_kept(s, handle.kept_, handle.last_, backend_, table_.slots(direction::forward),
+                                             this, describer());
+          } else {
+            handle.last_ = in_frames(s, handle.kept_);
+            return handle.last_;
+          }
+        }
+      }
     } else {
       if (handle.key_ == keys_.key<D>()) [[likely]] {
         handle.last_ = recipe_.plan(slot_id{D, handle.slot_.bucket, handle.slot_.index});
@@ -343,8 +360,11 @@ class quantization_manager {
   // What the frames make of a forward plan (both plan_cast overloads). Returned as it comes (no copy
   // of the 64-byte plan through a local).
   TEQUANT_ALWAYS_INLINE cast_plan in_frames(slot_id s, const cast_plan& plan) {
-    return frames_.plan_forward(s, plan, backend_, table_.slots(direction::forward), this,
-                                [this](slot_id x) { return table_.describe(x); });
+    return frames_.plan_forward(s, plan, backend_, table_.slots(direction::forward), this, describer());
+  }
+  // How the frames name a slot in their errors.
+  auto describer() const noexcept {
+    return [this](slot_id x) { return table_.describe(x); };
   }
 
   // The recipe's reduce-and-update of one direction's buckets, counted; flush_control runs the backward one.

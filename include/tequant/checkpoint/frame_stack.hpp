@@ -157,41 +157,26 @@ class frame_stack {
   template <class Describe>
   TEQUANT_ALWAYS_INLINE cast_plan plan_forward(slot_id slot, cast_plan plan, Backend& backend,
                                                std::size_t forward_slots, const void* owner, Describe&& describe) {
+    adjust_forward(slot, plan, backend, forward_slots, owner, describe);
+    return plan;
+  }
+
+  /// plan_forward for a caller that keeps the live plan (a cast handle): returns `kept` itself where the
+  /// frames leave it as it is (one recording or inactive frame open: only the snapshot changes), else
+  /// `scratch`, holding the adjusted copy. No plan passes in and out by value.
+  template <class Describe>
+  TEQUANT_ALWAYS_INLINE const cast_plan& plan_forward_kept(slot_id slot, const cast_plan& kept, cast_plan& scratch,
+                                                           Backend& backend, std::size_t forward_slots,
+                                                           const void* owner, Describe&& describe) {
     if constexpr (Backend::host_accessible) {
-      // One frame open (a checkpointed layer's forward or its replay): inline. Nested frames and
-      // frames inside a replay take the general path below.
-      if (top_ == 1) [[likely]] {
-        const entry top = frames_[0];
-        if (top.kind == mode::inactive || (plan.scale == nullptr && plan.rng_offset == nullptr)) {
-          if (top.kind == mode::replaying) plan.amax = nullptr;
-          return plan;
-        }
-        auto& snap = detail::frame_access::snapshot(*top.frame);
-        const std::uint64_t key = detail::frame_key(slot);
-        if (top.kind == mode::recording) {
-          snap.try_emplace(key, plan.scale != nullptr ? *plan.scale : 0.0f,
-                           plan.rng_offset != nullptr ? *plan.rng_offset : 0);
-          return plan;
-        }
-        // A replay asks in the order its original forward recorded: find() compares one entry.
-        const std::size_t pos = snap.find(key);
-        if (pos == detail::snapshot_map::npos) [[unlikely]]
-          missing_snapshot(*top.frame, slot, describe);
-        // A replaying frame takes no new entries: these addresses hold until it ends.
-        if (plan.scale != nullptr) plan.scale = &snap.value(pos);
-        if (plan.rng_offset != nullptr) plan.rng_offset = &snap.rng_offset(pos);
-        plan.amax = nullptr;
-        return plan;
+      if (top_ == 1 && frames_[0].kind != mode::replaying) [[likely]] {
+        if (frames_[0].kind == mode::recording) record_in_top(slot, kept);
+        return kept;
       }
     }
-    // Only the three state pointers go out of line and back: passing the whole plan made the
-    // compiler store all of it on every forward cast inside a frame, for the call it rarely makes.
-    const state_refs n = plan_nested(slot, {plan.scale, plan.amax, plan.rng_offset}, backend, forward_slots, owner,
-                                     describe);
-    plan.scale = n.scale;
-    plan.amax = n.amax;
-    plan.rng_offset = n.rng_offset;
-    return plan;
+    scratch = kept;
+    adjust_forward(slot, scratch, backend, forward_slots, owner, describe);
+    return scratch;
   }
 
   /// Refuses state loading while frames are open or hold snapshots of the current scales.
@@ -216,6 +201,54 @@ class frame_stack {
     float* amax;
     std::uint64_t* rng_offset;
   };
+
+  // plan_forward on a plan in place: only its state pointers change.
+  template <class Describe>
+  TEQUANT_ALWAYS_INLINE void adjust_forward(slot_id slot, cast_plan& plan, Backend& backend, std::size_t forward_slots,
+                                            const void* owner, Describe&& describe) {
+    if constexpr (Backend::host_accessible) {
+      // One frame open (a checkpointed layer's forward or its replay): inline. Nested frames and
+      // frames inside a replay take the general path below.
+      if (top_ == 1) [[likely]] {
+        const entry top = frames_[0];
+        if (top.kind == mode::recording) {
+          record_in_top(slot, plan);
+          return;
+        }
+        if (top.kind == mode::inactive || (plan.scale == nullptr && plan.rng_offset == nullptr)) {
+          if (top.kind == mode::replaying) plan.amax = nullptr;
+          return;
+        }
+        auto& snap = detail::frame_access::snapshot(*top.frame);
+        const std::uint64_t key = detail::frame_key(slot);
+        // A replay asks in the order its original forward recorded: find() compares one entry.
+        const std::size_t pos = snap.find(key);
+        if (pos == detail::snapshot_map::npos) [[unlikely]]
+          missing_snapshot(*top.frame, slot, describe);
+        // A replaying frame takes no new entries: these addresses hold until it ends.
+        if (plan.scale != nullptr) plan.scale = &snap.value(pos);
+        if (plan.rng_offset != nullptr) plan.rng_offset = &snap.rng_offset(pos);
+        plan.amax = nullptr;
+        return;
+      }
+    }
+    // Only the three state pointers go out of line and back: passing the whole plan made the
+    // compiler store all of it on every forward cast inside a frame, for the call it rarely makes.
+    const state_refs n = plan_nested(slot, {plan.scale, plan.amax, plan.rng_offset}, backend, forward_slots, owner,
+                                     describe);
+    plan.scale = n.scale;
+    plan.amax = n.amax;
+    plan.rng_offset = n.rng_offset;
+  }
+
+  // The one open frame records: at the slot's first cast in it, what the cast depends on (nothing for a
+  // plan without state).
+  TEQUANT_ALWAYS_INLINE void record_in_top(slot_id slot, const cast_plan& plan) {
+    if (plan.scale == nullptr && plan.rng_offset == nullptr) return;
+    detail::frame_access::snapshot(*frames_[0].frame)
+        .try_emplace(detail::frame_key(slot), plan.scale != nullptr ? *plan.scale : 0.0f,
+                     plan.rng_offset != nullptr ? *plan.rng_offset : 0);
+  }
 
   // Any number of frames: the nearest replaying frame below the top decides (its snapshot, nothing
   // recorded); recording frames above it reserve what was used as their own snapshot.

@@ -44,6 +44,9 @@ class cast_handle_keys {
   }
   void spoil() noexcept { forward_ |= 1u; }
   void restore() noexcept { forward_ = epoch_; }
+  /// The current epoch's key: a handle this manager bound (or re-bound) since the last registration or
+  /// state load holds it.
+  std::uintptr_t epoch() const noexcept { return epoch_; }
   /// What a handle's key must equal for plan_cast(handle) to return what the handle keeps.
   template <direction D>
   TEQUANT_ALWAYS_INLINE std::uintptr_t key() const noexcept {
