@@ -25,8 +25,9 @@ class [[nodiscard]] autocast_region {
  private:
   friend Manager;
   using memo_type = typename Manager::region_memo;
-  // `uncaught`: std::uncaught_exceptions() at the entry where the exit may run the forward update, else
-  // -1 (the manager asks the runtime only where the exit depends on it: a call into libstdc++ each).
+  // `uncaught`: std::uncaught_exceptions() at an outermost entry where the exit may run the forward
+  // update or frames may open inside, else -1 (the manager asks the runtime only where something
+  // depends on it: a call into libstdc++ each).
   autocast_region(Manager* m, bool enabled, bool prev_enabled, memo_type memo, int uncaught) noexcept
       : m_(m), enabled_(enabled), prev_enabled_(prev_enabled), memo_(memo), uncaught_(uncaught) {}
   Manager* m_;
@@ -84,14 +85,14 @@ class [[nodiscard]] frame_guard {
 
  private:
   friend Manager;
-  // `watch`: whether the exit must know if it runs during unwinding (else it reports "not unwinding"
-  // without asking the runtime, a call into libstdc++ on both ends).
-  frame_guard(Manager* m, Frame* f, bool prev_enabled, bool watch = true) noexcept
-      : m_(m), frame_(f), prev_enabled_(prev_enabled), uncaught_(watch ? std::uncaught_exceptions() : -1) {}
+  // `uncaught`: the count of propagating exceptions the exit compares with, or -1 where the exit need
+  // not know whether it unwinds (it then reports "not unwinding" without asking the runtime).
+  frame_guard(Manager* m, Frame* f, bool prev_enabled, int uncaught) noexcept
+      : m_(m), frame_(f), prev_enabled_(prev_enabled), uncaught_(uncaught) {}
   Manager* m_;
   Frame* frame_;
   bool prev_enabled_;
-  int uncaught_;  // at construction, or -1: not watched
+  int uncaught_;  // see the constructor
 };
 
 }  // namespace tequant

@@ -135,9 +135,12 @@ class quantization_manager {
       if constexpr (is_stateful) flush_.top_level_entry(frames_.in_replay());
     }
     // Only a region that can run the forward update at its exit (enabled, outermost, not in a replay)
-    // needs to know whether that exit unwinds.
-    const bool watch = is_stateful && enabled && depth_ == 0 && !frames_.in_replay();
-    autocast_region r(this, enabled, enabled_, flush_.autocast_enter(depth_), watch ? std::uncaught_exceptions() : -1);
+    // needs to know whether that exit unwinds; an outermost region outside replays also counts for the
+    // recording frames opened inside it (entry_uncaught()).
+    const bool outer = depth_ == 0 && !frames_.in_replay();
+    const int uncaught = outer && ((is_stateful && enabled) || supports_recompute) ? std::uncaught_exceptions() : -1;
+    autocast_region r(this, enabled, enabled_, flush_.autocast_enter(depth_), uncaught);
+    if (outer) region_uncaught_ = uncaught;
     enabled_ = enabled;
     ++depth_;
     if (!enabled) keys_.spoil();
@@ -267,9 +270,10 @@ class quantization_manager {
       const bool active = grad_enabled() && inputs_need_grad;
       frames_.open_forward(frame, active, enabled_, this);
       keys_.spoil();
-      return frame_guard(this, &frame, enabled_, active || !detail::close_ignores_unwinding<stack_part>);
+      const bool watch = active || !detail::close_ignores_unwinding<stack_part>;
+      return frame_guard(this, &frame, enabled_, watch ? entry_uncaught() : -1);
     } else {
-      return frame_guard(this, &frame, enabled_);
+      return frame_guard(this, &frame, enabled_, -1);
     }
   }
 
@@ -292,9 +296,10 @@ class quantization_manager {
       else
         enabled_ = frames_.open_replay(frame, this);
       keys_.spoil();
-      return frame_guard(this, &frame, prev, !detail::close_ignores_unwinding<stack_part>);  // built in place: no move
+      // Built in place: no move.
+      return frame_guard(this, &frame, prev, !detail::close_ignores_unwinding<stack_part> ? entry_uncaught() : -1);
     } else {
-      return frame_guard(this, &frame, enabled_);
+      return frame_guard(this, &frame, enabled_, -1);
     }
   }
 
@@ -328,7 +333,7 @@ class quantization_manager {
   // the update at its exit (only guards destroyed out of nesting order reach the update then: they
   // count as unwinding while any exception is in flight).
   void exit_autocast([[maybe_unused]] bool enabled, bool prev_enabled, region_memo memo, [[maybe_unused]] int uncaught) {
-    --depth_;
+    if (--depth_ == 0) region_uncaught_ = -1;
     enabled_ = prev_enabled;
     if (!prev_enabled) keys_.spoil();
     flush_.autocast_exit(memo);
@@ -339,6 +344,12 @@ class quantization_manager {
     }
   }
   void restore_grad_mode(bool prev) noexcept { grad_ = prev; }
+  // What a frame guard compares with at its exit: a frame closing while more exceptions propagate than
+  // here unwound. Inside an outermost region the count its entry took: while that region is open, no
+  // fewer propagate, and more only where an exception raised inside it is unwinding, so a recording
+  // frame that opens during that unwinding counts as unwound too (docs/api.md). One call into the
+  // runtime per recording frame instead of two.
+  int entry_uncaught() const noexcept { return region_uncaught_ >= 0 ? region_uncaught_ : std::uncaught_exceptions(); }
   void exit_scope(bool unwinding) {
     flush_.scope_exit(unwinding);
     // Deferred work of a logical backward that raised must not leak into the next one.
@@ -380,6 +391,7 @@ class quantization_manager {
   detail::deferred_work deferred_;
   detail::update_counters counters_;
   std::uint32_t depth_ = 0;  // autocast nesting
+  int region_uncaught_ = -1;  // std::uncaught_exceptions() at the open outermost region's entry, or -1
   bool grad_ = true;
   bool enabled_ = false;  // innermost autocast region is enabled
   TEQUANT_NO_UNIQUE_ADDRESS Comm comm_;

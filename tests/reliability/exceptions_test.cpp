@@ -236,6 +236,81 @@ TEST_CASE("checkpoint guards closed out of LIFO order, also while unwinding, lea
   r.check_next_steps_normal();
 }
 
+namespace {
+/// Runs a checkpointed cast of `slot` when destroyed: during unwinding, a recording frame that opens
+/// and closes while an exception propagates.
+template <class Manager>
+struct checkpoints_when_destroyed {
+  Manager& m;
+  tequant::checkpoint_frame& frame;
+  tequant::slot_id slot;
+  ~checkpoints_when_destroyed() {
+    auto g = m.checkpoint_forward(frame);
+    (void)m.plan_cast(slot);
+  }
+};
+}  // namespace
+
+TEST_CASE("a recording frame is unwound when it closes while more exceptions propagate than at its entry, or, "
+          "inside an outermost autocast region, than at the region's entry") {
+  rig<tequant::autocast_entry> r;
+  using manager = rig<tequant::autocast_entry>::manager;
+  const tequant::slot_id s0 = r.m.slot(r.model.h[0], tequant::forward_role::input);
+  const auto replays = [&](tequant::checkpoint_frame& f) {
+    auto g = r.m.checkpoint_replay(f);
+    return r.m.plan_cast(s0).amax == nullptr;
+  };
+  // Exceptions raised and caught inside the frame, or before it inside the region: the frame's own
+  // forward completed, its snapshot stays.
+  tequant::checkpoint_frame inside("caught inside"), handler("opened in a handler");
+  {
+    auto ac = r.m.autocast();
+    {
+      auto g = r.m.checkpoint_forward(inside);
+      try {
+        throw rel::fault_error{};
+      } catch (const rel::fault_error&) {
+      }
+      (void)r.m.plan_cast(s0);
+    }
+    try {
+      throw rel::fault_error{};
+    } catch (const rel::fault_error&) {
+      auto g = r.m.checkpoint_forward(handler);  // a caught exception no longer propagates
+      (void)r.m.plan_cast(s0);
+    }
+    auto no_update = r.m.grad_mode(false);
+  }
+  CHECK(inside.has_snapshot());
+  CHECK(handler.has_snapshot());
+  CHECK(replays(inside));
+  CHECK(replays(handler));
+  r.check_quiet();
+  // A frame that opens and closes during the unwinding of an exception raised inside the outermost
+  // region is part of that failed forward: no snapshot stays.
+  tequant::checkpoint_frame during("during unwinding");
+  try {
+    auto ac = r.m.autocast();
+    checkpoints_when_destroyed<manager> d{r.m, during, s0};
+    throw rel::fault_error{};
+  } catch (const rel::fault_error&) {
+  }
+  CHECK_FALSE(during.has_snapshot());
+  r.check_quiet();
+  // Outside any region the frame's own entry is the reference: the same frame keeps its snapshot.
+  tequant::checkpoint_frame outside("outside a region");
+  try {
+    checkpoints_when_destroyed<manager> d{r.m, outside, s0};
+    throw rel::fault_error{};
+  } catch (const rel::fault_error&) {
+  }
+  CHECK(outside.has_snapshot());
+  CHECK(r.m.stats().outstanding_snapshots == 1);
+  CHECK(replays(outside));
+  r.check_quiet();
+  r.check_next_steps_normal();
+}
+
 TEST_CASE("misuse raises tequant errors and leaves the state bit-identical (strong guarantee)") {
   rig<tequant::explicit_scope> r;
   const auto before = tequant::state_bytes(r.m);
