@@ -203,18 +203,9 @@ class quantization_manager {
         // Inside checkpoint frames (they spoil the forward key): a handle of this epoch in an enabled
         // region takes the frames' plan here, as a slot id does, without the out-of-line call and its
         // owner and epoch tests (an epoch's key belongs to this manager alone).
-        if (handle.key_ == keys_.epoch() && enabled_ && !frames_.empty()) {
-          const slot_id s{D, handle.slot_.bucket, handle.slot_.index};
-          if constexpr (requires {
-                          frames_.plan_forward_kept(s, handle.kept_, handle.last_, backend_, 0, this, describer());
-                        }) {
-            return frames_.plan_forward_kept(s, handle.kept_, handle.last_, backend_, table_.slots(direction::forward),
-                                             this, describer());
-          } else {
-            handle.last_ = in_frames(s, handle.kept_);
-            return handle.last_;
-          }
-        }
+        if (handle.key_ == keys_.epoch() && enabled_ && !frames_.empty())
+          return detail::plan_forward_kept(frames_, slot_id{D, handle.slot_.bucket, handle.slot_.index}, handle.kept_,
+                                           handle.last_, backend_, table_.slots(direction::forward), this, describer());
       }
     } else {
       if (handle.key_ == keys_.key<D>()) [[likely]] {
@@ -344,11 +335,9 @@ class quantization_manager {
     }
   }
   void restore_grad_mode(bool prev) noexcept { grad_ = prev; }
-  // What a frame guard compares with at its exit: a frame closing while more exceptions propagate than
-  // here unwound. Inside an outermost region the count its entry took: while that region is open, no
-  // fewer propagate, and more only where an exception raised inside it is unwinding, so a recording
-  // frame that opens during that unwinding counts as unwound too (docs/api.md). One call into the
-  // runtime per recording frame instead of two.
+  // The count a frame guard's exit compares with. Inside an outermost region, that region's entry count
+  // (no fewer propagate while it is open; more only while an exception raised in it unwinds, so a frame
+  // opened then counts as unwound too: docs/api.md): one runtime call per recording frame, not two.
   int entry_uncaught() const noexcept { return region_uncaught_ >= 0 ? region_uncaught_ : std::uncaught_exceptions(); }
   void exit_scope(bool unwinding) {
     flush_.scope_exit(unwinding);

@@ -77,11 +77,24 @@ seen meaning(const cast_plan& p) {
 
 enum class path { slot_ids, handles, both };
 
+/// stacked_recompute's frames without the optional plan_forward_kept: a cast handle inside frames
+/// falls back to plan_forward.
+template <class Backend>
+struct stack_without_kept : tequant::frame_stack<Backend> {
+  template <class... A>
+  const cast_plan& plan_forward_kept(A&&...) = delete;
+};
+struct recompute_without_kept {
+  using policy_kind = tequant::checkpoint_kind;
+  template <class Backend>
+  using stack_for = stack_without_kept<Backend>;
+};
+
 /// One manager driven through a fixed script; every cast's plan goes to `log`, then the cast's
 /// effect on the state (an amax recorded, random bits drawn).
-template <class R>
+template <class R, class Checkpoint = tequant::stacked_recompute>
 struct script {
-  using manager = tequant::quantization_manager<R, tequant::explicit_scope, tequant::stacked_recompute>;
+  using manager = tequant::quantization_manager<R, tequant::explicit_scope, Checkpoint>;
   manager m;
   path how;
   std::vector<std::vector<forward_cast_handle>> fh;
@@ -259,6 +272,20 @@ TEST_CASE_TEMPLATE("plan_cast(handle) gives plan_cast(slot_id)'s plans: every re
     CHECK(count([](const seen& s) { return s.has_rng && s.rng != 0; }) > 0);
   CHECK(handles.m.stats().forward_updates == slots.m.stats().forward_updates);
   CHECK(handles.m.stats().backward_updates == slots.m.stats().backward_updates);
+}
+
+TEST_CASE("a frame stack without plan_forward_kept gives cast handles the same plans through plan_forward") {
+  using R = tequant::delayed_scaling<>;
+  script<R> slots(path::slot_ids, params_for<R>());
+  script<R, recompute_without_kept> handles(path::handles, params_for<R>()), both(path::both, params_for<R>());
+  slots.run(5);
+  handles.run(5);
+  both.run(5);
+  REQUIRE(slots.log.size() > 300);
+  CHECK(handles.log == slots.log);
+  CHECK(both.log == slots.log);
+  CHECK(std::count_if(slots.log.begin(), slots.log.end(),
+                      [](const seen& s) { return s.enabled && s.has_scale && !s.has_amax; }) > 0);  // replays
 }
 
 TEST_CASE("a cast handle re-binds after a state load: the loaded state, not the old one") {

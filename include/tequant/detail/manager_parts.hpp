@@ -7,6 +7,7 @@
 #pragma once
 #include <atomic>
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -14,6 +15,7 @@
 #include "tequant/backend/concepts.hpp"
 #include "tequant/boundary/concepts.hpp"
 #include "tequant/boundary/flush_control.hpp"
+#include "tequant/cast_plan.hpp"
 #include "tequant/checkpoint/concepts.hpp"
 #include "tequant/comm/concepts.hpp"
 #include "tequant/config.hpp"
@@ -103,6 +105,22 @@ Params validated(Params p) {
 // does): then guards of replays and inactive frames need not ask std::uncaught_exceptions().
 template <class Stack>
 inline constexpr bool close_ignores_unwinding = requires { requires Stack::unwinding_matters_only_when_recording; };
+
+// The plan a cast handle's forward cast gets inside open frames: the stack's optional
+// plan_forward_kept (`kept` itself where the frames leave it as it is), else its plan_forward's copy in
+// `scratch`.
+template <class Stack, class Backend, class Describe>
+TEQUANT_ALWAYS_INLINE const cast_plan& plan_forward_kept(Stack& stack, slot_id slot, const cast_plan& kept,
+                                                         cast_plan& scratch, Backend& backend,
+                                                         std::size_t forward_slots, const void* owner,
+                                                         Describe&& describe) {
+  if constexpr (requires { stack.plan_forward_kept(slot, kept, scratch, backend, forward_slots, owner, describe); }) {
+    return stack.plan_forward_kept(slot, kept, scratch, backend, forward_slots, owner, describe);
+  } else {
+    scratch = stack.plan_forward(slot, kept, backend, forward_slots, owner, describe);
+    return scratch;
+  }
+}
 
 // checkpoint_forward() / checkpoint_replay() need a frame stack that recomputes: where it does not, one
 // `tequant:` error each, and the manager's `if constexpr` on the answer builds nothing more (no cascade).
